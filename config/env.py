@@ -1,0 +1,90 @@
+"""Typed readers for environment variables that fail loudly on a bad value.
+
+Each helper returns the parsed value or the given default when the variable is unset or
+empty, and raises ``django.core.exceptions.ImproperlyConfigured`` naming the variable and the
+accepted values when it is set to something it cannot parse (the habit of healthchecks'
+``hc/settings.py``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def env_str(name: str, default: str = "") -> str:
+    """Return the variable as a stripped string, or ``default`` when unset or empty."""
+    value = os.environ.get(name, "").strip()
+    return value or default
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    """Return the variable as a bool; accepts 1/0, true/false, yes/no, on/off (any case)."""
+    value = env_str(name).lower()
+    if not value:
+        return default
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name}={value!r} is not a boolean; use true or false.")
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+    """Return the variable as an int, at least ``minimum`` when one is given."""
+    value = env_str(name)
+    if not value:
+        return default
+    try:
+        number = int(value)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}={value!r} is not an integer.") from exc
+    if minimum is not None and number < minimum:
+        raise ImproperlyConfigured(f"{name}={number} must be at least {minimum}.")
+    return number
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    """Return a comma-separated variable as a list of non-empty stripped items."""
+    value = env_str(name)
+    if not value:
+        return list(default)
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def env_choice(name: str, default: str, choices: list[str]) -> str:
+    """Return the variable if it is one of ``choices``."""
+    value = env_str(name, default)
+    if value not in choices:
+        raise ImproperlyConfigured(
+            f"{name}={value!r} is not one of {', '.join(choices)}."
+        )
+    return value
+
+
+def env_url(name: str, default: str = "", *, schemes: tuple[str, ...]) -> str:
+    """Return the variable if it is a URL whose scheme is one of ``schemes``."""
+    value = env_str(name, default)
+    if value and value.split("://", 1)[0] not in schemes:
+        raise ImproperlyConfigured(
+            f"{name}={value!r} must be a URL starting with one of: "
+            + ", ".join(f"{s}://" for s in schemes)
+        )
+    return value
+
+
+def env_path(name: str, default: Path) -> Path:
+    """Return the variable as an absolute path (created if missing)."""
+    path = Path(env_str(name) or default).expanduser().resolve()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ImproperlyConfigured(
+            f"{name}={str(path)!r} cannot be created: {exc}"
+        ) from exc
+    return path

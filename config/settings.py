@@ -1,0 +1,170 @@
+"""Django settings, read from the environment (see README "Configuration").
+
+Every variable goes through a typed helper in ``config.env`` that raises
+``ImproperlyConfigured`` with a clear message on a bad value.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from config.env import (
+    env_bool,
+    env_choice,
+    env_int,
+    env_list,
+    env_path,
+    env_str,
+    env_url,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = env_str("SECRET_KEY")
+if not SECRET_KEY:
+    if not DEBUG and env_bool("KB_REQUIRE_SECRET_KEY", False):
+        raise ImproperlyConfigured("SECRET_KEY must be set.")
+    # Local use only: a fixed key for the embedded demo; production sets SECRET_KEY.
+    SECRET_KEY = "insecure-local-key-set-SECRET_KEY-in-production"
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
+
+# Where the embedded database, uploads and downloaded demo documents live.
+KB_DATA_DIR = env_path("KB_DATA_DIR", BASE_DIR / ".kb-data")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "knowledge",
+    "retrieval",
+    "quality",
+    "portal",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database -------------------------------------------------------------------------------
+DATABASE_URL = env_url("DATABASE_URL", schemes=("postgres", "postgresql", "pgsql"))
+if DATABASE_URL:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+else:
+    from config.embedded_db import embedded_database_settings
+
+    warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR")
+    DATABASES = {"default": embedded_database_settings(KB_DATA_DIR)}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Celery ---------------------------------------------------------------------------------
+CELERY_BROKER_URL = env_url(
+    "CELERY_BROKER_URL",
+    env_str("REDIS_URL"),
+    schemes=("redis", "rediss", "amqp", "memory"),
+)
+# With no broker configured, tasks run in-process (the demo needs no Redis).
+CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_TIME_LIMIT = env_int("KB_TASK_TIME_LIMIT", 3600, minimum=10)
+
+# --- Models ---------------------------------------------------------------------------------
+OPENAI_API_KEY = env_str("OPENAI_API_KEY")
+OPENAI_BASE_URL = env_url("OPENAI_BASE_URL", schemes=("http", "https"))
+# "local" = all-MiniLM-L6-v2 on this machine; "openai:<model>" = an OpenAI-compatible endpoint.
+KB_EMBEDDER = env_str("KB_EMBEDDER", "local")
+if KB_EMBEDDER != "local" and not KB_EMBEDDER.startswith("openai:"):
+    raise ImproperlyConfigured(
+        f"KB_EMBEDDER={KB_EMBEDDER!r} must be 'local' or 'openai:<model>' (e.g. openai:text-embedding-3-small)."
+    )
+# Chat model for answers; empty = extractive answers, no LLM.
+KB_LLM_MODEL = env_str("KB_LLM_MODEL")
+if KB_LLM_MODEL and not (OPENAI_BASE_URL or OPENAI_API_KEY):
+    raise ImproperlyConfigured(
+        "KB_LLM_MODEL is set but neither OPENAI_BASE_URL nor OPENAI_API_KEY is."
+    )
+KB_LLM_TIMEOUT_S = env_int("KB_LLM_TIMEOUT_S", 120, minimum=1)
+KB_EMBED_BATCH_SIZE = env_int("KB_EMBED_BATCH_SIZE", 64, minimum=1)
+KB_MAX_UPLOAD_BYTES = env_int("KB_MAX_UPLOAD_BYTES", 20 * 1024 * 1024, minimum=1024)
+KB_FUSION = env_choice("KB_FUSION", "rrf", ["rrf", "weighted"])
+DATA_UPLOAD_MAX_MEMORY_SIZE = KB_MAX_UPLOAD_BYTES + 1024 * 1024
+FILE_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
+
+# --- Web ------------------------------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = KB_DATA_DIR / "static"
+LOGIN_URL = "portal:login"
+LOGIN_REDIRECT_URL = "portal:ask"
+LOGOUT_REDIRECT_URL = "portal:login"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "config.exception_handler.api_exception_handler",
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_THROTTLE_CLASSES": ["rest_framework.throttling.UserRateThrottle"],
+    "DEFAULT_THROTTLE_RATES": {"user": env_str("KB_API_RATE", "600/min")},
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Knowledge base API",
+    "DESCRIPTION": "Ingest a team's documents; search them and ask questions with cited answers.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "WARNING")},
+}

@@ -1,0 +1,432 @@
+"""Readers: turn a file into one or more ``ReadDocument`` (title, normalized text, sections).
+
+Supported: .txt, .md/.markdown, .rst, .html/.htm (BeautifulSoup), .pdf (pypdf) and .jsonl (one
+document per line). Every reader raises ``InvalidInput`` for empty or undecodable content and
+``UnsupportedFileType`` for other extensions, before anything is stored.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from django.utils.dateparse import parse_date, parse_datetime
+from django.utils.timezone import make_aware
+
+from knowledge.errors import InvalidInput, UnsupportedFileType
+
+SUPPORTED_EXTENSIONS = (
+    ".txt",
+    ".md",
+    ".markdown",
+    ".rst",
+    ".html",
+    ".htm",
+    ".pdf",
+    ".jsonl",
+)
+
+
+@dataclass
+class Section:
+    """A heading and the character offset where its content starts in the normalized text."""
+
+    heading: str
+    start: int
+
+
+@dataclass
+class ReadDocument:
+    """A document as read from a file, before storage.
+
+    ``text`` is normalized (NFC, ``\\n`` line ends, no trailing spaces, at most one blank line);
+    ``sections`` are in ascending ``start`` order.
+    """
+
+    external_id: str
+    title: str
+    text: str
+    uri: str = ""
+    published_at: datetime | None = None
+    metadata: dict = field(default_factory=dict)
+    sections: list[Section] = field(default_factory=list)
+
+
+def normalize_text(text: str) -> str:
+    """Normalize text for hashing and chunking: NFC, ``\\n`` line ends, trimmed lines and blanks."""
+    text = unicodedata.normalize("NFC", text).replace("\r\n", "\n").replace("\r", "\n")
+    text = text.replace("\x00", "")
+    lines = [line.rstrip() for line in text.split("\n")]
+    text = "\n".join(lines)
+    text = re.sub(r"\n{3,}", "\n\n", text)
+    return text.strip()
+
+
+def decode_text(data: bytes, *, name: str) -> str:
+    """Decode bytes as UTF-8 text; raise ``InvalidInput`` for empty or binary content."""
+    if not data.strip():
+        raise InvalidInput(f"{name}: the file is empty.", code="empty_file")
+    if b"\x00" in data[:8192]:
+        raise InvalidInput(
+            f"{name}: looks like a binary file, not text.", code="binary_file"
+        )
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(
+            f"{name}: not valid UTF-8 text (byte {exc.start}); is it a binary file?",
+            code="binary_file",
+        ) from exc
+
+
+def read_bytes(
+    data: bytes,
+    *,
+    name: str,
+    external_id: str | None = None,
+    uri: str = "",
+    fmt: str | None = None,
+) -> list[ReadDocument]:
+    """Read the file ``name`` from ``data``; its extension, or ``fmt`` (e.g. "rst"), picks the reader.
+
+    Returns one ``ReadDocument`` per document (several for .jsonl). ``external_id`` defaults to
+    ``name``. Raises ``UnsupportedFileType`` or ``InvalidInput``.
+    """
+    suffix = f".{fmt.lstrip('.')}" if fmt else Path(name).suffix.lower()
+    if suffix not in SUPPORTED_EXTENSIONS:
+        raise UnsupportedFileType(
+            f"{name}: unsupported file type {suffix or '(none)'}; supported: {', '.join(SUPPORTED_EXTENSIONS)}."
+        )
+    external_id = external_id or name
+    if suffix == ".pdf":
+        docs = [_read_pdf(data, name=name, external_id=external_id, uri=uri)]
+    elif suffix == ".jsonl":
+        docs = _read_jsonl(decode_text(data, name=name), name=name)
+    else:
+        text = decode_text(data, name=name)
+        reader = {
+            ".rst": _read_rst,
+            ".md": _read_markdown,
+            ".markdown": _read_markdown,
+            ".html": _read_html,
+            ".htm": _read_html,
+        }.get(suffix, _read_plain)
+        docs = [reader(text, name=name, external_id=external_id, uri=uri)]
+    for doc in docs:
+        if not doc.text.strip():
+            raise InvalidInput(
+                f"{name}: no text could be extracted.", code="empty_file"
+            )
+    return docs
+
+
+def read_path(
+    path: Path,
+    *,
+    root: Path | None = None,
+    uri_prefix: str = "",
+    fmt: str | None = None,
+) -> list[ReadDocument]:
+    """Read a file from disk; its ``external_id`` is its path relative to ``root`` (without suffix).
+
+    ``uri_prefix`` + that relative path gives the URI (else the file path); ``fmt`` overrides
+    the reader chosen by extension (Django's docs are reST in .txt files).
+    """
+    relative = path.relative_to(root) if root else Path(path.name)
+    external_id = (
+        str(relative.with_suffix(""))
+        if path.suffix.lower() != ".jsonl"
+        else str(relative)
+    )
+    uri = f"{uri_prefix}{relative.with_suffix('')}" if uri_prefix else str(path)
+    return read_bytes(
+        path.read_bytes(), name=path.name, external_id=external_id, uri=uri, fmt=fmt
+    )
+
+
+def _title_from(text: str, fallback: str) -> str:
+    for line in text.split("\n"):
+        if line.strip():
+            return line.strip()[:200]
+    return fallback
+
+
+def _read_plain(text: str, *, name: str, external_id: str, uri: str) -> ReadDocument:
+    text = normalize_text(text)
+    return ReadDocument(
+        external_id=external_id,
+        uri=uri,
+        title=_title_from(text, Path(name).stem),
+        text=text,
+    )
+
+
+_MD_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
+
+
+def _read_markdown(text: str, *, name: str, external_id: str, uri: str) -> ReadDocument:
+    text = normalize_text(text)
+    sections: list[Section] = []
+    title = ""
+    offset = 0
+    in_fence = False
+    for line in text.split("\n"):
+        if line.startswith("```"):
+            in_fence = not in_fence
+        match = None if in_fence else _MD_HEADING.match(line)
+        if match:
+            heading = match.group(2).strip()
+            if not title and len(match.group(1)) == 1:
+                title = heading
+            sections.append(Section(heading=heading, start=offset))
+        offset += len(line) + 1
+    title = title or (
+        sections[0].heading if sections else _title_from(text, Path(name).stem)
+    )
+    return ReadDocument(
+        external_id=external_id,
+        uri=uri,
+        title=title[:500],
+        text=text,
+        sections=sections,
+    )
+
+
+# reST: `text <target>`_ links, :role:`text <target>` and :role:`text` roles, ``literals``.
+_RST_ROLE_WITH_TARGET = re.compile(r":[\w:.-]+:`([^`<]*?)\s*<[^`>]*>`")
+_RST_ROLE = re.compile(r":[\w:.-]+:`~?!?([^`]*)`")
+_RST_LINK = re.compile(r"`([^`<]+?)\s*<[^`>]*>`__?")
+_RST_LITERAL = re.compile(r"``([^`]+)``")
+_RST_UNDERLINE = re.compile(r"^([=\-~^\"'`#*+_.:])\1{2,}\s*$")
+_RST_DIRECTIVE = re.compile(r"^\s*\.\.\s+([\w:-]+)::\s*(.*)$")
+_RST_TARGET = re.compile(r"^\s*\.\.\s+_[^:]*:.*$|^\s*\.\.\s*$")
+_RST_COMMENT_DIRECTIVES = {
+    "toctree",
+    "contents",
+    "highlight",
+    "default-role",
+    "currentmodule",
+    "module",
+    "raw",
+    "include",
+    "only",
+    "index",
+}
+
+
+def rst_to_text(text: str) -> tuple[str, list[tuple[str, int]]]:
+    """Strip reST markup to readable text; return it and the headings with their line numbers."""
+    lines = text.replace("\r\n", "\n").split("\n")
+    out: list[str] = []
+    headings: list[tuple[str, int]] = []
+    skip_indented = False
+    for i, line in enumerate(lines):
+        if skip_indented:
+            if not line.strip() or line.startswith((" ", "\t")):
+                continue
+            skip_indented = False
+        if _RST_UNDERLINE.match(line):
+            previous = out[-1].strip() if out else ""
+            nxt = lines[i + 1] if i + 1 < len(lines) else ""
+            if previous and not _RST_UNDERLINE.match(previous):
+                headings.append((previous, len(out) - 1))
+            elif (
+                not previous
+                and nxt.strip()
+                and i + 2 < len(lines)
+                and _RST_UNDERLINE.match(lines[i + 2])
+            ):
+                pass  # overline of an over-and-underlined title
+            continue
+        if _RST_TARGET.match(line):
+            continue
+        directive = _RST_DIRECTIVE.match(line)
+        if directive:
+            name, argument = directive.group(1), directive.group(2).strip()
+            if name in _RST_COMMENT_DIRECTIVES:
+                skip_indented = True
+                continue
+            line = (
+                argument
+                if name not in ("code-block", "code", "sourcecode", "console")
+                else ""
+            )
+            if name.startswith(("version", "deprecated")):
+                line = f"{name.replace('versionadded', 'New in version').replace('versionchanged', 'Changed in version').replace('deprecated', 'Deprecated since version')} {argument}"
+            if not line:
+                continue
+        line = _RST_ROLE_WITH_TARGET.sub(r"\1", line)
+        line = _RST_ROLE.sub(lambda m: m.group(1).lstrip("~"), line)
+        line = _RST_LINK.sub(r"\1", line)
+        line = _RST_LITERAL.sub(r"\1", line)
+        line = line.replace("::", ":") if line.rstrip().endswith("::") else line
+        out.append(line)
+    return "\n".join(out), headings
+
+
+def _read_rst(text: str, *, name: str, external_id: str, uri: str) -> ReadDocument:
+    plain, headings = rst_to_text(text)
+    # Re-derive offsets after normalization by locating heading lines in order.
+    normalized = normalize_text(plain)
+    sections: list[Section] = []
+    cursor = 0
+    for heading, _line in headings:
+        position = normalized.find(heading, cursor)
+        if position >= 0:
+            sections.append(Section(heading=heading, start=position))
+            cursor = position + len(heading)
+    title = (
+        sections[0].heading if sections else _title_from(normalized, Path(name).stem)
+    )
+    return ReadDocument(
+        external_id=external_id,
+        uri=uri,
+        title=title[:500],
+        text=normalized,
+        sections=sections,
+    )
+
+
+def _read_html(text: str, *, name: str, external_id: str, uri: str) -> ReadDocument:
+    from bs4 import BeautifulSoup
+
+    soup = BeautifulSoup(text, "html.parser")
+    for tag in soup(
+        ["script", "style", "noscript", "nav", "header", "footer", "template"]
+    ):
+        tag.decompose()
+    title_tag = soup.find("title") or soup.find("h1")
+    title = title_tag.get_text(" ", strip=True) if title_tag else ""
+    body = soup.body or soup
+    plain = normalize_text(body.get_text("\n"))
+    sections: list[Section] = []
+    cursor = 0
+    for tag in body.find_all(["h1", "h2", "h3", "h4"]):
+        heading = tag.get_text(" ", strip=True)
+        position = plain.find(heading, cursor) if heading else -1
+        if position >= 0:
+            sections.append(Section(heading=heading, start=position))
+            cursor = position + len(heading)
+    title = title or _title_from(plain, Path(name).stem)
+    return ReadDocument(
+        external_id=external_id,
+        uri=uri,
+        title=title[:500],
+        text=plain,
+        sections=sections,
+    )
+
+
+def _read_pdf(data: bytes, *, name: str, external_id: str, uri: str) -> ReadDocument:
+    from pypdf import PdfReader
+    from pypdf.errors import PdfReadError
+
+    if not data.strip():
+        raise InvalidInput(f"{name}: the file is empty.", code="empty_file")
+    try:
+        reader = PdfReader(io.BytesIO(data))
+        pages = [page.extract_text() or "" for page in reader.pages]
+        meta_title = (reader.metadata.title if reader.metadata else None) or ""
+    except (PdfReadError, ValueError, KeyError, TypeError) as exc:
+        raise InvalidInput(
+            f"{name}: not a readable PDF ({exc}).", code="invalid_pdf"
+        ) from exc
+    text = normalize_text("\n\n".join(pages))
+    return ReadDocument(
+        external_id=external_id,
+        uri=uri,
+        title=(meta_title or _title_from(text, Path(name).stem))[:500],
+        text=text,
+        metadata={"pages": len(pages)},
+    )
+
+
+_JSONL_TEXT_KEYS = ("text", "body", "content")
+_JSONL_RESERVED = {
+    "id",
+    "external_id",
+    "title",
+    "uri",
+    "url",
+    "published_at",
+    "date",
+    *_JSONL_TEXT_KEYS,
+}
+
+
+def _read_jsonl(text: str, *, name: str) -> list[ReadDocument]:
+    """One JSON object per line with a text field (``text``, ``body`` or ``content``).
+
+    Optional: ``id``/``external_id``, ``title``, ``uri``/``url``, ``published_at``/``date``;
+    other keys become metadata. Any malformed line rejects the whole file.
+    """
+    docs: list[ReadDocument] = []
+    seen: set[str] = set()
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InvalidInput(
+                f"{name}, line {number}: malformed JSON ({exc.msg}).",
+                code="malformed_jsonl",
+            ) from exc
+        if not isinstance(row, dict):
+            raise InvalidInput(
+                f"{name}, line {number}: expected a JSON object.",
+                code="malformed_jsonl",
+            )
+        body = next(
+            (row[k] for k in _JSONL_TEXT_KEYS if isinstance(row.get(k), str)), None
+        )
+        if body is None or not body.strip():
+            raise InvalidInput(
+                f"{name}, line {number}: no non-empty 'text', 'body' or 'content' field.",
+                code="malformed_jsonl",
+            )
+        title = str(row.get("title") or "").strip()
+        external_id = str(
+            row.get("external_id") or row.get("id") or title or f"{name}#{number}"
+        )
+        if external_id in seen:
+            raise InvalidInput(
+                f"{name}, line {number}: duplicate id {external_id!r}.",
+                code="malformed_jsonl",
+            )
+        seen.add(external_id)
+        normalized = normalize_text(body)
+        docs.append(
+            ReadDocument(
+                external_id=external_id,
+                uri=str(row.get("uri") or row.get("url") or ""),
+                title=(title or _title_from(normalized, external_id))[:500],
+                text=normalized,
+                published_at=_parse_when(
+                    row.get("published_at") or row.get("date"), name=name, number=number
+                ),
+                metadata={k: v for k, v in row.items() if k not in _JSONL_RESERVED},
+            )
+        )
+    if not docs:
+        raise InvalidInput(f"{name}: the file is empty.", code="empty_file")
+    return docs
+
+
+def _parse_when(value, *, name: str, number: int) -> datetime | None:
+    if value in (None, ""):
+        return None
+    parsed = parse_datetime(str(value))
+    if parsed is None:
+        day = parse_date(str(value))
+        parsed = datetime(day.year, day.month, day.day) if day else None
+    if parsed is None:
+        raise InvalidInput(
+            f"{name}, line {number}: unreadable date {value!r}.", code="malformed_jsonl"
+        )
+    return parsed if parsed.tzinfo else make_aware(parsed)

@@ -1,0 +1,302 @@
+"""Tenants, their sources, documents, document versions and chunks.
+
+Every table holding tenant data reaches its tenant in one hop, and every read goes through
+``TenantScopedQuerySet.for_tenant`` or the selectors, which call it.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.search import SearchVector, SearchVectorField
+from django.db import models
+from django.db.models import Q
+from pgvector.django import VectorField
+
+
+class TenantScopedQuerySet(models.QuerySet):
+    """The one place where tenant scoping is spelled out for ORM reads."""
+
+    tenant_path = "tenant"
+
+    def for_tenant(self, tenant: "Tenant | int"):
+        """Rows belonging to ``tenant`` (a ``Tenant`` or its id), and no others."""
+        tenant_id = tenant if isinstance(tenant, int) else tenant.pk
+        return self.filter(**{f"{self.tenant_path}_id": tenant_id})
+
+
+class VersionQuerySet(TenantScopedQuerySet):
+    tenant_path = "document__tenant"
+
+
+class Tenant(models.Model):
+    """A team: the unit of isolation. ``embedder`` names the embedding model its chunks use."""
+
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200)
+    embedder = models.CharField(
+        max_length=200,
+        default="local",
+        help_text="'local' (all-MiniLM-L6-v2) or 'openai:<model>'. Changing it needs a re-embed.",
+    )
+    retrieval_config = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='Overrides of retrieval defaults, e.g. {"fusion": "weighted", "dense_weight": 0.7}.',
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Membership(models.Model):
+    """A user's role in a tenant. A user belongs to at most one tenant."""
+
+    class Role(models.TextChoices):
+        ADMIN = "admin", "Admin"
+        EDITOR = "editor", "Editor"
+        MEMBER = "member", "Member"
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="membership"
+    )
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.CASCADE, related_name="memberships"
+    )
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+
+    objects = TenantScopedQuerySet.as_manager()
+
+    def __str__(self) -> str:
+        return f"{self.user} @ {self.tenant} ({self.role})"
+
+    @property
+    def can_edit(self) -> bool:
+        return self.role in (self.Role.ADMIN, self.Role.EDITOR)
+
+
+class Source(models.Model):
+    """Where documents come from. ``reliability`` is in [0, 1]; ``half_life_days`` drives recency."""
+
+    class Kind(models.TextChoices):
+        FILES = "files", "Files"
+        UPLOAD = "upload", "Upload"
+        WEB = "web", "Web"
+        DATASET = "dataset", "Dataset"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="sources")
+    name = models.CharField(max_length=200)
+    kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.FILES)
+    reliability = models.FloatField(default=1.0)
+    half_life_days = models.FloatField(
+        null=True, blank=True, help_text="Recency half-life; empty = no decay."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = TenantScopedQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "name"], name="source_unique_name_per_tenant"
+            ),
+            models.CheckConstraint(
+                condition=Q(reliability__gte=0) & Q(reliability__lte=1),
+                name="source_reliability_in_0_1",
+            ),
+            models.CheckConstraint(
+                condition=Q(half_life_days__isnull=True) | Q(half_life_days__gt=0),
+                name="source_half_life_positive",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant}/{self.name}"
+
+
+class Document(models.Model):
+    """A document of a tenant, identified within the tenant by ``external_id`` (a path or URI)."""
+
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.CASCADE, related_name="documents"
+    )
+    source = models.ForeignKey(
+        Source, on_delete=models.CASCADE, related_name="documents"
+    )
+    external_id = models.CharField(max_length=1000)
+    uri = models.CharField(max_length=2000, blank=True)
+    title = models.CharField(max_length=500)
+    metadata = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = TenantScopedQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "external_id"],
+                name="document_unique_external_id_per_tenant",
+            ),
+        ]
+        indexes = [
+            # Admin and API lists filter a tenant's documents by source.
+            models.Index(
+                fields=["tenant", "source"], name="document_tenant_source_idx"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class DocumentVersion(models.Model):
+    """One content state of a document. Exactly one version per document is current.
+
+    A version whose content already exists in the tenant as another document's current
+    version records that in ``duplicate_of`` and gets no chunks of its own.
+    """
+
+    document = models.ForeignKey(
+        Document, on_delete=models.CASCADE, related_name="versions"
+    )
+    number = models.PositiveIntegerField()
+    text = models.TextField()
+    content_hash = models.CharField(
+        max_length=64, help_text="SHA-256 of the normalized text, hex."
+    )
+    published_at = models.DateTimeField(null=True, blank=True)
+    ingested_at = models.DateTimeField(auto_now_add=True)
+    is_current = models.BooleanField(default=False)
+    duplicate_of = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="duplicates",
+    )
+
+    objects = VersionQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["document", "number"], name="version_unique_number_per_document"
+            ),
+            models.UniqueConstraint(
+                fields=["document"],
+                condition=Q(is_current=True),
+                name="version_one_current_per_document",
+            ),
+            models.CheckConstraint(
+                condition=Q(number__gte=1), name="version_number_positive"
+            ),
+        ]
+        indexes = [
+            # Exact-duplicate lookup at ingestion: same hash among current versions.
+            models.Index(
+                fields=["content_hash"],
+                condition=Q(is_current=True),
+                name="version_current_hash_idx",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.document} v{self.number}"
+
+
+class Chunk(models.Model):
+    """A retrievable span of a current version, with its embedding and full-text vector.
+
+    ``embedding`` has no fixed dimension so a tenant can switch embedding models; ``embedder``
+    records which model produced it, and each model gets its own partial HNSW index over
+    ``embedding::vector(<dimensions>)`` (see ``knowledge.vector_index``).
+    Chunks exist only for current versions: a new version replaces them in one transaction.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="chunks")
+    version = models.ForeignKey(
+        DocumentVersion, on_delete=models.CASCADE, related_name="chunks"
+    )
+    ordinal = models.PositiveIntegerField()
+    heading = models.CharField(
+        max_length=500, blank=True, help_text="Document title and section path."
+    )
+    text = models.TextField()
+    token_count = models.PositiveIntegerField()
+    char_start = models.PositiveIntegerField()
+    char_end = models.PositiveIntegerField()
+    embedder = models.CharField(max_length=200)
+    embedding = VectorField()
+    search_vector = models.GeneratedField(
+        expression=SearchVector("heading", weight="A", config="english")
+        + SearchVector("text", weight="B", config="english"),
+        output_field=SearchVectorField(),
+        db_persist=True,
+    )
+    metadata = models.JSONField(default=dict, blank=True)
+
+    objects = TenantScopedQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["version", "ordinal"], name="chunk_unique_ordinal_per_version"
+            ),
+            models.CheckConstraint(
+                condition=Q(char_end__gte=models.F("char_start")),
+                name="chunk_offsets_ordered",
+            ),
+        ]
+        indexes = [
+            # Lexical search: search_vector @@ tsquery, scoped by tenant afterwards.
+            GinIndex(fields=["search_vector"], name="chunk_search_vector_gin"),
+            # Tenant scoping of lexical candidates and per-tenant statistics.
+            models.Index(
+                fields=["tenant", "embedder"], name="chunk_tenant_embedder_idx"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.version} #{self.ordinal}"
+
+
+class IngestionJob(models.Model):
+    """An ingestion request (an API upload or a batch of paths) and its outcome."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        RUNNING = "running", "Running"
+        DONE = "done", "Done"
+        FAILED = "failed", "Failed"
+
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.CASCADE, related_name="ingestion_jobs"
+    )
+    source = models.ForeignKey(
+        Source, on_delete=models.CASCADE, related_name="ingestion_jobs"
+    )
+    file_name = models.CharField(max_length=500)
+    stored_path = models.CharField(max_length=2000)
+    options = models.JSONField(default=dict, blank=True)
+    status = models.CharField(
+        max_length=10, choices=Status.choices, default=Status.PENDING
+    )
+    result = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = TenantScopedQuerySet.as_manager()
+
+    class Meta:
+        indexes = [
+            # The API lists a tenant's recent jobs.
+            models.Index(
+                fields=["tenant", "-created_at"], name="job_tenant_created_idx"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.file_name} ({self.status})"

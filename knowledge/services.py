@@ -1,0 +1,526 @@
+"""Writes to the knowledge base: tenants, sources, ingestion, deletion.
+
+Ingestion is idempotent and versioned:
+
+* content is normalized and hashed (SHA-256); a document whose current version has the same
+  hash is left alone ("unchanged");
+* content equal to another document's current version in the tenant is stored as a version
+  with ``duplicate_of`` set and gets no chunks or embeddings ("duplicate");
+* otherwise a new version is stored and its chunks replace the old version's chunks in one
+  transaction, so search sees either the old or the new chunks, never a mix.
+
+Embedding (slow) happens before any transaction opens; storage is one short transaction per
+document, under a row lock on the document.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.utils import timezone
+
+from knowledge.embedders import Embedder, get_embedder
+from knowledge.errors import InvalidInput, NotFound
+from knowledge.ingestion.readers import SUPPORTED_EXTENSIONS, ReadDocument, read_path
+from knowledge.ingestion.splitters import Span, Splitter, get_splitter
+from knowledge.models import (
+    Chunk,
+    Document,
+    DocumentVersion,
+    IngestionJob,
+    Membership,
+    Source,
+    Tenant,
+)
+from knowledge.vector_index import vector_index_ensure
+
+logger = logging.getLogger(__name__)
+
+
+def content_hash(text: str) -> str:
+    """SHA-256 hex digest of normalized text (UTF-8)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# --- Tenants and sources ---------------------------------------------------------------------
+
+
+def tenant_create(*, slug: str, name: str = "", embedder: str | None = None) -> Tenant:
+    """Create a tenant; ``InvalidInput`` if the slug is taken or malformed."""
+    from django.conf import settings
+    from django.core.validators import validate_slug
+
+    try:
+        validate_slug(slug)
+    except Exception as exc:
+        raise InvalidInput(
+            f"{slug!r} is not a valid slug (letters, digits, - and _)."
+        ) from exc
+    if Tenant.objects.filter(slug=slug).exists():
+        raise InvalidInput(f"Tenant {slug!r} already exists.", code="tenant_exists")
+    return Tenant.objects.create(
+        slug=slug, name=name or slug, embedder=embedder or settings.KB_EMBEDDER
+    )
+
+
+def membership_create(
+    *, tenant: Tenant, username: str, password: str, role: str, staff: bool = False
+):
+    """Create (or update) a user with a role in ``tenant``. Returns the user."""
+    if role not in Membership.Role.values:
+        raise InvalidInput(
+            f"Unknown role {role!r}; use one of {', '.join(Membership.Role.values)}."
+        )
+    User = get_user_model()
+    with transaction.atomic():
+        user, _ = User.objects.get_or_create(username=username)
+        user.set_password(password)
+        user.is_staff = staff
+        user.save()
+        Membership.objects.update_or_create(
+            user=user, defaults={"tenant": tenant, "role": role}
+        )
+    return user
+
+
+def source_get_or_create(
+    *,
+    tenant: Tenant,
+    name: str,
+    kind: str = Source.Kind.FILES,
+    reliability: float | None = None,
+    half_life_days: float | None = None,
+) -> Source:
+    """The tenant's source called ``name``, created if missing; given attributes are updated."""
+    if not name.strip():
+        raise InvalidInput("A source needs a name.")
+    if reliability is not None and not 0 <= reliability <= 1:
+        raise InvalidInput("reliability must be in [0, 1].")
+    if half_life_days is not None and half_life_days <= 0:
+        raise InvalidInput("half_life_days must be positive.")
+    source, created = Source.objects.get_or_create(
+        tenant=tenant, name=name, defaults={"kind": kind}
+    )
+    updates = {
+        k: v
+        for k, v in {
+            "reliability": reliability,
+            "half_life_days": half_life_days,
+        }.items()
+        if v is not None
+    }
+    if updates:
+        for key, value in updates.items():
+            setattr(source, key, value)
+        source.save(update_fields=list(updates))
+    return source
+
+
+# --- Ingestion -------------------------------------------------------------------------------
+
+
+@dataclass
+class IngestOutcome:
+    """What happened to one document: created, updated, unchanged or duplicate."""
+
+    external_id: str
+    status: str
+    document_id: int
+    version: int
+    chunks: int
+    duplicate_of: int | None = None
+
+
+@dataclass
+class IngestReport:
+    """Totals of an ingestion call; ``outcomes`` lists every document."""
+
+    outcomes: list[IngestOutcome] = field(default_factory=list)
+    embed_seconds: float = 0.0
+    total_seconds: float = 0.0
+
+    def counts(self) -> dict[str, int]:
+        counts = {"created": 0, "updated": 0, "unchanged": 0, "duplicate": 0}
+        for outcome in self.outcomes:
+            counts[outcome.status] += 1
+        counts["chunks"] = sum(
+            o.chunks for o in self.outcomes if o.status in ("created", "updated")
+        )
+        return counts
+
+    def as_dict(self) -> dict:
+        return {
+            **self.counts(),
+            "embed_seconds": round(self.embed_seconds, 2),
+            "total_seconds": round(self.total_seconds, 2),
+            "documents": [o.__dict__ for o in self.outcomes],
+        }
+
+
+@dataclass
+class _Prepared:
+    read: ReadDocument
+    hash: str
+    spans: list[Span] = field(default_factory=list)
+    vectors: np.ndarray | None = None
+    status: str = "pending"  # unchanged | duplicate | new
+
+
+def _current_hashes(
+    tenant: Tenant, prepared: list[_Prepared]
+) -> tuple[dict[str, str], dict[str, int]]:
+    """(external_id -> current hash of that document, hash -> a current version id in the tenant)."""
+    external_ids = [p.read.external_id for p in prepared]
+    hashes = {p.hash for p in prepared}
+    current = DocumentVersion.objects.for_tenant(tenant).filter(is_current=True)
+    by_document = dict(
+        current.filter(document__external_id__in=external_ids).values_list(
+            "document__external_id", "content_hash"
+        )
+    )
+    by_hash = dict(
+        current.filter(content_hash__in=hashes, duplicate_of__isnull=True).values_list(
+            "content_hash", "id"
+        )
+    )
+    return by_document, by_hash
+
+
+def documents_ingest(
+    *,
+    tenant: Tenant,
+    source: Source,
+    documents: list[ReadDocument],
+    splitter: Splitter | None = None,
+    embedder: Embedder | None = None,
+    progress: bool = False,
+) -> IngestReport:
+    """Ingest already-read documents into ``source`` of ``tenant``. Returns an ``IngestReport``.
+
+    Raises ``InvalidInput`` when ``source`` is another tenant's or two documents share an id.
+    Documents already stored are never left half-written: each one is stored in its own
+    transaction after its embeddings are computed.
+    """
+    import time
+
+    started = time.perf_counter()
+    if source.tenant_id != tenant.pk:
+        raise InvalidInput("The source belongs to another tenant.")
+    ids = [d.external_id for d in documents]
+    if len(set(ids)) != len(ids):
+        raise InvalidInput("Two documents in one ingestion share an external id.")
+    splitter = splitter or get_splitter()
+    embedder = embedder or get_embedder(tenant.embedder)
+    prepared = [_Prepared(read=d, hash=content_hash(d.text)) for d in documents]
+    by_document, by_hash = _current_hashes(tenant, prepared)
+    first_in_batch: dict[str, _Prepared] = {}
+    for item in prepared:
+        if by_document.get(item.read.external_id) == item.hash:
+            item.status = "unchanged"
+        elif item.hash in by_hash or item.hash in first_in_batch:
+            item.status = "duplicate"
+        else:
+            item.status = "new"
+            first_in_batch[item.hash] = item
+            item.spans = splitter.split(item.read)
+
+    to_embed = [item for item in prepared if item.status == "new" and item.spans]
+    embed_started = time.perf_counter()
+    _embed_all(to_embed, embedder, progress=progress)
+    embed_seconds = time.perf_counter() - embed_started
+    if to_embed:
+        vector_index_ensure(embedder_key=embedder.key, dimensions=embedder.dimensions)
+
+    report = IngestReport(embed_seconds=embed_seconds)
+    stored_by_hash: dict[str, int] = dict(by_hash)
+    for item in sorted(prepared, key=lambda p: p.status == "duplicate"):
+        outcome = _store(
+            tenant=tenant,
+            source=source,
+            item=item,
+            embedder_key=embedder.key,
+            duplicate_version_id=stored_by_hash.get(item.hash)
+            if item.status == "duplicate"
+            else None,
+        )
+        if outcome.status in ("created", "updated"):
+            stored_by_hash.setdefault(
+                item.hash, _current_version_id(outcome.document_id)
+            )
+        report.outcomes.append(outcome)
+    report.total_seconds = time.perf_counter() - started
+    return report
+
+
+def _current_version_id(document_id: int) -> int:
+    return (
+        DocumentVersion.objects.filter(document_id=document_id, is_current=True)
+        .values_list("id", flat=True)
+        .get()
+    )
+
+
+def _embedding_input(span: Span) -> str:
+    """What the embedder sees for a chunk: its heading (title and section) then its text."""
+    return f"{span.heading}\n{span.text}" if span.heading else span.text
+
+
+def _embed_all(items: list[_Prepared], embedder: Embedder, *, progress: bool) -> None:
+    """Embed every span of ``items`` in batches spanning documents; fills ``item.vectors``."""
+    from tqdm import tqdm
+
+    texts = [_embedding_input(span) for item in items for span in item.spans]
+    if not texts:
+        return
+    batch = 256
+    parts = []
+    with tqdm(
+        total=len(texts),
+        unit="chunk",
+        desc="Embedding",
+        disable=not progress,
+        mininterval=1.0,
+    ) as bar:
+        for i in range(0, len(texts), batch):
+            parts.append(embedder.embed(texts[i : i + batch]))
+            bar.update(len(texts[i : i + batch]))
+    vectors = np.concatenate(parts)
+    position = 0
+    for item in items:
+        item.vectors = vectors[position : position + len(item.spans)]
+        position += len(item.spans)
+
+
+def _chunks_create(
+    version: DocumentVersion, spans: list[Span], vectors: np.ndarray, embedder_key: str
+) -> list[Chunk]:
+    """Insert the chunks of ``version`` (call inside the version's transaction)."""
+    return Chunk.objects.bulk_create(
+        (
+            Chunk(
+                tenant_id=version.document.tenant_id,
+                version=version,
+                ordinal=i,
+                heading=span.heading,
+                text=span.text,
+                token_count=span.token_count,
+                char_start=span.start,
+                char_end=span.end,
+                embedder=embedder_key,
+                embedding=vectors[i],
+            )
+            for i, span in enumerate(spans)
+        ),
+        batch_size=500,
+    )
+
+
+def _store(
+    *,
+    tenant: Tenant,
+    source: Source,
+    item: _Prepared,
+    embedder_key: str,
+    duplicate_version_id: int | None,
+) -> IngestOutcome:
+    """Store one prepared document in a single transaction (see module docstring)."""
+    read = item.read
+    with transaction.atomic():
+        document, _ = Document.objects.select_for_update().get_or_create(
+            tenant=tenant,
+            external_id=read.external_id,
+            defaults={
+                "source": source,
+                "title": read.title,
+                "uri": read.uri,
+                "metadata": read.metadata,
+            },
+        )
+        current = document.versions.filter(is_current=True).first()
+        if current is not None and current.content_hash == item.hash:
+            return IngestOutcome(
+                read.external_id,
+                "unchanged",
+                document.pk,
+                current.number,
+                current.chunks.count(),
+                current.duplicate_of_id,
+            )
+        if item.status == "new" and not item.spans:
+            raise InvalidInput(
+                f"{read.external_id}: no text to index.", code="empty_file"
+            )
+        document.source = source
+        document.title, document.uri, document.metadata = (
+            read.title,
+            read.uri,
+            read.metadata,
+        )
+        document.save(
+            update_fields=["source", "title", "uri", "metadata", "updated_at"]
+        )
+        number = (current.number + 1) if current else 1
+        if current is not None:
+            current.chunks.all().delete()
+            current.is_current = False
+            current.save(update_fields=["is_current"])
+        version = DocumentVersion.objects.create(
+            document=document,
+            number=number,
+            text=read.text,
+            content_hash=item.hash,
+            published_at=read.published_at,
+            is_current=True,
+            duplicate_of_id=duplicate_version_id,
+        )
+        chunks = []
+        if duplicate_version_id is None:
+            chunks = _chunks_create(version, item.spans, item.vectors, embedder_key)
+    if duplicate_version_id is not None:
+        status = "duplicate"
+    else:
+        status = "updated" if current is not None else "created"
+    return IngestOutcome(
+        read.external_id, status, document.pk, number, len(chunks), duplicate_version_id
+    )
+
+
+def collect_files(paths: Iterable[Path]) -> list[tuple[Path, Path]]:
+    """Expand files and folders into ``(file, root)`` pairs of supported files, sorted.
+
+    ``root`` is the folder given (ids are relative to it) or the file's parent.
+    Raises ``InvalidInput`` for a missing path or a folder with no supported file.
+    """
+    found: list[tuple[Path, Path]] = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            files = sorted(
+                p
+                for p in path.rglob("*")
+                if p.is_file() and p.suffix.lower() in SUPPORTED_EXTENSIONS
+            )
+            if not files:
+                raise InvalidInput(
+                    f"{path}: no supported files ({', '.join(SUPPORTED_EXTENSIONS)})."
+                )
+            found.extend((f, path) for f in files)
+        elif path.is_file():
+            found.append((path, path.parent))
+        else:
+            raise InvalidInput(f"{path}: no such file or folder.", code="not_found")
+    return found
+
+
+def paths_ingest(
+    *,
+    tenant: Tenant,
+    source: Source,
+    paths: Iterable[Path],
+    fmt: str | None = None,
+    uri_prefix: str = "",
+    splitter: Splitter | None = None,
+    progress: bool = False,
+) -> IngestReport:
+    """Read every file under ``paths`` and ingest them (see ``documents_ingest``).
+
+    Every file is read and validated before anything is stored, so a bad file rejects the
+    whole call with ``InvalidInput``/``UnsupportedFileType`` and stores nothing.
+    """
+    documents: list[ReadDocument] = []
+    for file, root in collect_files(paths):
+        documents.extend(read_path(file, root=root, uri_prefix=uri_prefix, fmt=fmt))
+    return documents_ingest(
+        tenant=tenant,
+        source=source,
+        documents=documents,
+        splitter=splitter,
+        progress=progress,
+    )
+
+
+def ingestion_job_run(*, job_id: int) -> IngestionJob:
+    """Run a pending ``IngestionJob``: ingest its stored file, record the result or the error."""
+    claimed = IngestionJob.objects.filter(
+        pk=job_id, status=IngestionJob.Status.PENDING
+    ).update(status=IngestionJob.Status.RUNNING)
+    job = IngestionJob.objects.select_related("tenant", "source").get(pk=job_id)
+    if not claimed:
+        return job
+    try:
+        options = job.options or {}
+        documents = read_path(Path(job.stored_path), fmt=options.get("format"))
+        for document in documents:
+            if options.get("external_id") and len(documents) == 1:
+                document.external_id = options["external_id"]
+            elif len(documents) == 1:
+                document.external_id = job.file_name
+            if options.get("title") and len(documents) == 1:
+                document.title = options["title"]
+        report = documents_ingest(
+            tenant=job.tenant, source=job.source, documents=documents
+        )
+        job.status, job.result = IngestionJob.Status.DONE, report.as_dict()
+    except Exception as exc:  # recorded on the job; the task does not retry bad input
+        logger.exception("Ingestion job %s failed", job_id)
+        job.status, job.error = (
+            IngestionJob.Status.FAILED,
+            str(getattr(exc, "message", exc)),
+        )
+    job.finished_at = timezone.now()
+    job.save(update_fields=["status", "result", "error", "finished_at"])
+    return job
+
+
+# --- Deletion --------------------------------------------------------------------------------
+
+
+def document_delete(*, tenant: Tenant, document_id: int) -> None:
+    """Delete a tenant's document with its versions and chunks.
+
+    Documents that were recorded as exact duplicates of it are indexed on their own (they
+    would otherwise have no chunks). ``NotFound`` if the document is not the tenant's.
+    """
+    document = Document.objects.for_tenant(tenant).filter(pk=document_id).first()
+    if document is None:
+        raise NotFound(f"Document {document_id} not found.")
+    orphans = list(
+        DocumentVersion.objects.for_tenant(tenant)
+        .filter(is_current=True, duplicate_of__document=document)
+        .select_related("document", "document__source")
+    )
+    document.delete()
+    for version in orphans:
+        version_reindex(version_id=version.pk)
+
+
+def version_reindex(*, version_id: int, splitter: Splitter | None = None) -> int:
+    """Rebuild the chunks of a current version from its stored text. Returns the chunk count."""
+    version = DocumentVersion.objects.select_related(
+        "document", "document__tenant"
+    ).get(pk=version_id)
+    document = version.document
+    tenant = document.tenant
+    read = ReadDocument(
+        external_id=document.external_id,
+        title=document.title,
+        text=version.text,
+        uri=document.uri,
+    )
+    spans = (splitter or get_splitter()).split(read)
+    embedder = get_embedder(tenant.embedder)
+    vectors = embedder.embed([_embedding_input(s) for s in spans])
+    vector_index_ensure(embedder_key=embedder.key, dimensions=embedder.dimensions)
+    with transaction.atomic():
+        version = DocumentVersion.objects.select_for_update().get(pk=version_id)
+        version.chunks.all().delete()
+        version.duplicate_of = None
+        version.save(update_fields=["duplicate_of"])
+        _chunks_create(version, spans, vectors, embedder.key)
+    return len(spans)

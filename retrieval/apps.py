@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class RetrievalConfig(AppConfig):
+    name = "retrieval"
+    verbose_name = "Retrieval"
