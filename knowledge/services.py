@@ -217,7 +217,6 @@ def documents_ingest(
     if len(set(ids)) != len(ids):
         raise InvalidInput("Two documents in one ingestion share an external id.")
     splitter = splitter or get_splitter()
-    embedder = embedder or get_embedder(tenant.embedder)
     prepared = [_Prepared(read=d, hash=content_hash(d.text)) for d in documents]
     by_document, by_hash = _current_hashes(tenant, prepared)
     first_in_batch: dict[str, _Prepared] = {}
@@ -233,10 +232,12 @@ def documents_ingest(
 
     to_embed = [item for item in prepared if item.status == "new" and item.spans]
     embed_started = time.perf_counter()
-    _embed_all(to_embed, embedder, progress=progress)
-    embed_seconds = time.perf_counter() - embed_started
+    embedder_key = embedder.key if embedder else tenant.embedder
     if to_embed:
+        embedder = embedder or get_embedder(tenant.embedder)
+        _embed_all(to_embed, embedder, progress=progress)
         vector_index_ensure(embedder_key=embedder.key, dimensions=embedder.dimensions)
+    embed_seconds = time.perf_counter() - embed_started
 
     report = IngestReport(embed_seconds=embed_seconds)
     stored_by_hash: dict[str, int] = dict(by_hash)
@@ -245,7 +246,7 @@ def documents_ingest(
             tenant=tenant,
             source=source,
             item=item,
-            embedder_key=embedder.key,
+            embedder_key=embedder_key,
             duplicate_version_id=stored_by_hash.get(item.hash)
             if item.status == "duplicate"
             else None,
@@ -392,14 +393,17 @@ def _store(
     )
 
 
-def collect_files(paths: Iterable[Path]) -> list[tuple[Path, Path]]:
+def collect_files(paths: Iterable[Path], *, root: Path | None = None) -> list[tuple[Path, Path]]:
     """Expand files and folders into ``(file, root)`` pairs of supported files, sorted.
 
-    ``root`` is the folder given (ids are relative to it) or the file's parent.
-    Raises ``InvalidInput`` for a missing path or a folder with no supported file.
+    ``root`` (ids are relative to it) defaults to the folder given or the file's parent.
+    Raises ``InvalidInput`` for a missing path, a path outside ``root`` or a folder with no
+    supported file.
     """
     found: list[tuple[Path, Path]] = []
     for path in map(Path, paths):
+        if root is not None and not path.resolve().is_relative_to(root.resolve()):
+            raise InvalidInput(f"{path} is not inside --root {root}.")
         if path.is_dir():
             files = sorted(
                 p
@@ -410,9 +414,9 @@ def collect_files(paths: Iterable[Path]) -> list[tuple[Path, Path]]:
                 raise InvalidInput(
                     f"{path}: no supported files ({', '.join(SUPPORTED_EXTENSIONS)})."
                 )
-            found.extend((f, path) for f in files)
+            found.extend((f.resolve(), (root or path).resolve()) for f in files)
         elif path.is_file():
-            found.append((path, path.parent))
+            found.append((path.resolve(), (root or path.parent).resolve()))
         else:
             raise InvalidInput(f"{path}: no such file or folder.", code="not_found")
     return found
@@ -425,17 +429,21 @@ def paths_ingest(
     paths: Iterable[Path],
     fmt: str | None = None,
     uri_prefix: str = "",
+    root: Path | None = None,
     splitter: Splitter | None = None,
     progress: bool = False,
 ) -> IngestReport:
     """Read every file under ``paths`` and ingest them (see ``documents_ingest``).
 
+    Document ids are file paths relative to ``root`` (default: each folder given), without
+    suffix; ``uri_prefix`` + that id gives each URI.
+
     Every file is read and validated before anything is stored, so a bad file rejects the
     whole call with ``InvalidInput``/``UnsupportedFileType`` and stores nothing.
     """
     documents: list[ReadDocument] = []
-    for file, root in collect_files(paths):
-        documents.extend(read_path(file, root=root, uri_prefix=uri_prefix, fmt=fmt))
+    for file, base in collect_files(paths, root=root):
+        documents.extend(read_path(file, root=base, uri_prefix=uri_prefix, fmt=fmt))
     return documents_ingest(
         tenant=tenant,
         source=source,

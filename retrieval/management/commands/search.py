@@ -1,0 +1,33 @@
+import json
+
+from knowledge.management.base import KnowledgeCommand
+from knowledge.models import Source
+from retrieval.search import MODES, chunk_search
+
+
+class Command(KnowledgeCommand):
+    help = 'Search a tenant\'s chunks: manage.py search --tenant SLUG -k 10 --json "QUERY"'
+
+    def add_arguments(self, parser):
+        parser.add_argument("query")
+        parser.add_argument("--tenant", required=True)
+        parser.add_argument("-k", type=int, default=10)
+        parser.add_argument("--mode", choices=MODES, default="hybrid")
+        parser.add_argument("--source", action="append", default=[], help="only these sources (repeatable)")
+        parser.add_argument("--json", action="store_true")
+
+    def handle(self, *args, **o):
+        tenant = self.tenant(o["tenant"])
+        source_ids = list(Source.objects.for_tenant(tenant).filter(name__in=o["source"]).values_list("id", flat=True))
+        if o["source"] and len(source_ids) != len(set(o["source"])):
+            from django.core.management.base import CommandError
+
+            raise CommandError(f"Unknown source among {o['source']}.")
+        response = chunk_search(tenant=tenant, query=o["query"], k=o["k"], mode=o["mode"], source_ids=source_ids or None)
+        if o["json"]:
+            payload = {"results": [r.as_dict() for r in response.results], "timings_ms": response.timings_ms}
+            self.stdout.write(json.dumps(payload, ensure_ascii=False))
+            return
+        for r in response.results:
+            self.stdout.write(f"{r.rank:>3}. {r.score:.4f}  {r.chunk.version.document.external_id} #{r.chunk.ordinal}  {r.chunk.heading}")
+        self.stdout.write(f"({response.timings_ms['total_ms']:.0f} ms)")

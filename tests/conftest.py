@@ -1,0 +1,84 @@
+"""Shared fixtures: tenants with a few real documents ingested with the real embedder."""
+
+import os
+
+import pytest
+
+from knowledge.ingestion.readers import ReadDocument
+from knowledge.services import documents_ingest
+from tests.factories import MembershipFactory, SourceFactory, TenantFactory
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+PASTA = ReadDocument(
+    external_id="recipes/pasta",
+    title="Cooking pasta",
+    text=(
+        "Cooking pasta\n\nBring a large pot of salted water to a rolling boil. "
+        "Add the spaghetti and stir so it does not stick. Cook for nine to eleven minutes until al dente.\n\n"
+        "Serving\n\nDrain the pasta, keep a cup of the cooking water, and toss with the sauce."
+    ),
+)
+BIKE = ReadDocument(
+    external_id="howto/bike-tyre",
+    title="Fixing a flat bicycle tyre",
+    text=(
+        "Fixing a flat bicycle tyre\n\nRemove the wheel and lever the tyre off the rim. "
+        "Find the puncture in the inner tube by pumping it up and listening for escaping air. "
+        "Patch the hole with glue and a rubber patch, then refit the tube and inflate to the printed pressure."
+    ),
+)
+TAXES = ReadDocument(
+    external_id="finance/expenses",
+    title="Expense reports",
+    text=(
+        "Expense reports\n\nSubmit travel expense reports within thirty days of the trip. "
+        "Attach every receipt as a PDF. Your manager approves reports above five hundred euros."
+    ),
+)
+
+
+@pytest.fixture
+def tenant(db):
+    return TenantFactory()
+
+
+@pytest.fixture
+def source(tenant):
+    return SourceFactory(tenant=tenant, name="handbook")
+
+
+@pytest.fixture
+def corpus(tenant, source):
+    """A tenant holding three short, distinct documents."""
+    documents_ingest(tenant=tenant, source=source, documents=[PASTA, BIKE, TAXES])
+    return tenant
+
+
+@pytest.fixture
+def other_tenant_corpus(db):
+    """A second tenant whose only document is about bicycle tyres too (isolation tests)."""
+    other = TenantFactory(slug="other")
+    source = SourceFactory(tenant=other, name="secret")
+    secret = ReadDocument(
+        external_id="secret/bike",
+        title="Secret bicycle tyre notes",
+        text="Secret bicycle tyre notes\n\nOur secret: patch the inner tube puncture with glue and a rubber patch.",
+    )
+    documents_ingest(tenant=other, source=source, documents=[secret])
+    return other
+
+
+@pytest.fixture
+def member(tenant):
+    return MembershipFactory(tenant=tenant).user
+
+
+@pytest.fixture
+def admin_member(tenant):
+    from knowledge.models import Membership
+
+    membership = MembershipFactory(tenant=tenant, role=Membership.Role.ADMIN)
+    membership.user.is_staff = True
+    membership.user.save()
+    return membership.user
