@@ -38,4 +38,6 @@ def vector_index_sql(embedder_key: str, dimensions: int) -> str:
 def vector_index_ensure(*, embedder_key: str, dimensions: int) -> None:
     """Create the HNSW index for ``embedder_key`` if it does not exist yet (idempotent)."""
     with connection.cursor() as cursor:
-        cursor.execute(vector_index_sql(embedder_key, dimensions))
+        cursor.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", [vector_index_name(embedder_key)])
+        if cursor.fetchone() is None:
+            cursor.execute(vector_index_sql(embedder_key, dimensions))
