@@ -532,3 +532,73 @@ def version_reindex(*, version_id: int, splitter: Splitter | None = None) -> int
         version.save(update_fields=["duplicate_of"])
         _chunks_create(version, spans, vectors, embedder.key)
     return len(spans)
+
+
+# --- API uploads -----------------------------------------------------------------------------
+
+
+def _safe_file_name(file_name: str) -> str:
+    """A file name safe to store on disk: no folders, no odd characters, its suffix kept."""
+    from django.core.exceptions import SuspiciousFileOperation
+    from django.utils.text import get_valid_filename
+
+    base = Path(file_name.replace("\\", "/")).name
+    try:
+        safe = Path(get_valid_filename(base))
+    except SuspiciousFileOperation:
+        safe = Path("upload" + Path(base).suffix.lower())
+    return safe.stem[:150] + safe.suffix[:20]
+
+
+def upload_ingest(
+    *, tenant: Tenant, source_name: str, file_name: str, data: bytes, options: dict
+) -> IngestionJob:
+    """Validate an uploaded file, store it and queue its ingestion. Returns the ``IngestionJob``.
+
+    ``options`` may hold ``format`` (a reader, e.g. "rst"), ``external_id`` and ``title``.
+    Everything is checked before anything is stored: ``PayloadTooLarge`` over
+    ``KB_MAX_UPLOAD_BYTES``, ``UnsupportedFileType`` for an unknown type and ``InvalidInput``
+    for an empty, binary or malformed file. The task runs once the job row is committed.
+    """
+    import shutil
+    import uuid
+
+    from django.conf import settings
+
+    from knowledge.errors import PayloadTooLarge
+    from knowledge.ingestion.readers import read_bytes
+
+    if len(data) > settings.KB_MAX_UPLOAD_BYTES:
+        raise PayloadTooLarge(
+            f"{file_name}: the file is larger than {settings.KB_MAX_UPLOAD_BYTES} bytes."
+        )
+    if not source_name.strip():
+        raise InvalidInput("A source needs a name.")
+    options = {k: v for k, v in options.items() if v not in (None, "")}
+    read_bytes(data, name=file_name, fmt=options.get("format"))
+
+    folder = Path(settings.KB_DATA_DIR) / "uploads" / tenant.slug / uuid.uuid4().hex
+    stored = folder / _safe_file_name(file_name)
+    folder.mkdir(parents=True)
+    stored.write_bytes(data)
+    try:
+        with transaction.atomic():
+            source = source_get_or_create(
+                tenant=tenant, name=source_name, kind=Source.Kind.UPLOAD
+            )
+            job = IngestionJob.objects.create(
+                tenant=tenant,
+                source=source,
+                file_name=Path(file_name.replace("\\", "/")).name[:500],
+                stored_path=str(stored),
+                options=options,
+            )
+    except Exception:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    from knowledge.tasks import ingestion_job_task
+
+    transaction.on_commit(lambda: ingestion_job_task.delay(job.pk))
+    # Without a broker the task has already run eagerly at commit: report its outcome.
+    job.refresh_from_db()
+    return job

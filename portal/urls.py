@@ -1,2 +1,18 @@
+"""Portal URLs: sign in and out, ask a question, read a cited document."""
+
+from django.contrib.auth import views as auth_views
+from django.urls import path
+
+from portal import views
+
 app_name = "portal"
-urlpatterns = []
+urlpatterns = [
+    path(
+        "login/",
+        auth_views.LoginView.as_view(template_name="portal/login.html", redirect_authenticated_user=True),
+        name="login",
+    ),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("", views.ask, name="ask"),
+    path("documents/<int:document_id>/", views.document_detail, name="document"),
+]

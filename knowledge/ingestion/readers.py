@@ -199,7 +199,7 @@ def _read_markdown(text: str, *, name: str, external_id: str, uri: str) -> ReadD
 
 # reST: `text <target>`_ links, :role:`text <target>` and :role:`text` roles, ``literals``.
 _RST_ROLE_WITH_TARGET = re.compile(r":[\w:.-]+:`([^`<]*?)\s*<[^`>]*>`")
-_RST_ROLE = re.compile(r":[\w:.-]+:`~?!?([^`]*)`")
+_RST_ROLE = re.compile(r":[\w:.-]+:`!?([^`]*)`")
 _RST_LINK = re.compile(r"`([^`<]+?)\s*<[^`>]*>`__?")
 _RST_LITERAL = re.compile(r"``([^`]+)``")
 _RST_UNDERLINE = re.compile(r"^([=\-~^\"'`#*+_.:])\1{2,}\s*$")
@@ -217,6 +217,12 @@ _RST_COMMENT_DIRECTIVES = {
     "only",
     "index",
 }
+
+
+def _role_text(match: re.Match) -> str:
+    """Text of a reST role; ``~a.b.C`` shows as ``C`` as in Sphinx."""
+    text = match.group(1)
+    return text[1:].rsplit(".", 1)[-1] if text.startswith("~") else text
 
 
 def rst_to_text(text: str) -> tuple[str, list[tuple[str, int]]]:
@@ -261,7 +267,7 @@ def rst_to_text(text: str) -> tuple[str, list[tuple[str, int]]]:
             if not line:
                 continue
         line = _RST_ROLE_WITH_TARGET.sub(r"\1", line)
-        line = _RST_ROLE.sub(lambda m: m.group(1).lstrip("~"), line)
+        line = _RST_ROLE.sub(_role_text, line)
         line = _RST_LINK.sub(r"\1", line)
         line = _RST_LITERAL.sub(r"\1", line)
         line = line.replace("::", ":") if line.rstrip().endswith("::") else line
@@ -289,7 +295,23 @@ def _read_rst(text: str, *, name: str, external_id: str, uri: str) -> ReadDocume
         title=title[:500],
         text=normalized,
         sections=sections,
+        published_at=_date_under_title(normalized),
     )
+
+
+_DATE_LINE = re.compile(r"^\*?([A-Z][a-z]+ \d{1,2}, \d{4})\*?$")
+
+
+def _date_under_title(text: str) -> datetime | None:
+    """A date line such as ``*April 2, 2025*`` among the first lines (Django release notes)."""
+    for line in text.split("\n")[:6]:
+        match = _DATE_LINE.match(line.strip())
+        if match:
+            try:
+                return make_aware(datetime.strptime(match.group(1), "%B %d, %Y"))
+            except ValueError:
+                return None
+    return None
 
 
 def _read_html(text: str, *, name: str, external_id: str, uri: str) -> ReadDocument:

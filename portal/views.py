@@ -1,0 +1,118 @@
+"""Server-rendered portal views: thin wrappers that parse input, call a selector or service, render.
+
+Every view runs for a signed-in user and resolves the user's tenant first; a user without a
+membership gets a 403 page. Document text is only ever escaped (Django autoescape, or
+``escape``/``format_html`` per segment when citations are linked).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import wraps
+
+from django import forms
+from django.contrib.auth.decorators import login_required
+from django.http import Http404
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils.html import escape, format_html
+from django.utils.safestring import SafeString
+from django.views.decorators.http import require_GET, require_http_methods
+
+from knowledge.errors import ApplicationError, NotFound, PermissionDenied
+from knowledge.models import Chunk
+from knowledge.selectors import document_get, tenant_for_user
+from retrieval.answers import question_answer
+
+# Same pattern as the one ``retrieval.answers`` writes citations with: "[n]".
+_CITATION = re.compile(r"\[(\d{1,3})\]")
+
+
+class AskForm(forms.Form):
+    question = forms.CharField(
+        max_length=2000,
+        widget=forms.Textarea(attrs={"rows": 3, "autofocus": True, "placeholder": "Ask a question…"}),
+    )
+
+
+def tenant_required(view):
+    """Sign-in required; the view receives the user's tenant after ``request``, or a 403 page."""
+
+    @wraps(view)
+    def wrapper(request, *args, **kwargs):
+        try:
+            tenant = tenant_for_user(request.user)
+        except PermissionDenied as exc:
+            return render(request, "portal/forbidden.html", {"message": exc.message}, status=403)
+        return view(request, tenant, *args, **kwargs)
+
+    return login_required(wrapper)
+
+
+def citation_url(citation: dict) -> str:
+    """The document page of the cited version, scrolled to the cited chunk."""
+    path = reverse("portal:document", args=[citation["document_id"]])
+    return f"{path}?version={citation['version']}#chunk-{citation['chunk']}"
+
+
+def answer_with_links(text: str, urls: dict[int, str]) -> SafeString:
+    """``text`` escaped, with each ``[n]`` that has a URL turned into a link to it."""
+    html = SafeString("")
+    last = 0
+    for match in _CITATION.finditer(text):
+        html += escape(text[last : match.start()])
+        n = int(match.group(1))
+        if n in urls:
+            html += format_html('<a class="cite" href="{}">[{}]</a>', urls[n], n)
+        else:
+            html += escape(match.group(0))
+        last = match.end()
+    return html + escape(text[last:])
+
+
+@require_http_methods(["GET", "POST"])
+@tenant_required
+def ask(request, tenant):
+    form = AskForm(request.POST) if request.method == "POST" else AskForm()
+    context = {"form": form, "tenant": tenant}
+    if form.is_valid():
+        try:
+            answer = question_answer(tenant=tenant, question=form.cleaned_data["question"]).as_dict()
+        except ApplicationError as exc:
+            form.add_error("question", exc.message)
+        else:
+            citations = [{**c, "url": citation_url(c)} for c in answer["citations"]]
+            context.update(
+                answer=answer,
+                answer_html=answer_with_links(answer["answer"], {c["n"]: c["url"] for c in citations}),
+                citations=citations,
+            )
+    return render(request, "portal/ask.html", context)
+
+
+@require_GET
+@tenant_required
+def document_detail(request, tenant, document_id: int):
+    try:
+        document = document_get(tenant=tenant, document_id=document_id)
+    except NotFound as exc:
+        raise Http404(exc.message) from exc
+    versions = list(document.versions.all())  # newest first, with chunk_count
+    version = _chosen_version(versions, request.GET.get("version", ""))
+    if version is None:
+        raise Http404("No such version.")
+    chunks = Chunk.objects.for_tenant(tenant).filter(version_id=version.pk).order_by("ordinal")
+    return render(
+        request,
+        "portal/document.html",
+        {"document": document, "versions": versions, "version": version, "chunks": list(chunks)},
+    )
+
+
+def _chosen_version(versions: list, number: str):
+    """The version numbered ``number``, or the current one when ``number`` is empty."""
+    if not number:
+        return next((v for v in versions if v.is_current), versions[0] if versions else None)
+    if not number.isdigit():
+        return None
+    return next((v for v in versions if v.number == int(number)), None)

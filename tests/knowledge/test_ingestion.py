@@ -1,0 +1,114 @@
+from dataclasses import replace
+
+import pytest
+from django.db import IntegrityError
+
+from knowledge.errors import InvalidInput, UnsupportedFileType
+from knowledge.models import Chunk, Document, DocumentVersion
+from knowledge.services import document_delete, documents_ingest, paths_ingest
+from retrieval.search import chunk_search
+from tests.conftest import BIKE, PASTA, TAXES
+from tests.factories import SourceFactory
+
+
+def test_ingesting_documents_creates_one_current_version_with_chunks_and_embeddings(tenant, source):
+    report = documents_ingest(tenant=tenant, source=source, documents=[PASTA, BIKE])
+    assert report.counts()["created"] == 2
+    version = DocumentVersion.objects.get(document__external_id="recipes/pasta")
+    assert version.is_current and version.number == 1
+    assert len(version.content_hash) == 64
+    chunks = list(version.chunks.order_by("ordinal"))
+    assert chunks and all(len(c.embedding) == 384 for c in chunks)
+    assert all(version.text[c.char_start : c.char_end] == c.text for c in chunks)
+
+
+def test_reingesting_unchanged_content_creates_no_version(corpus, source):
+    chunk_ids = set(Chunk.objects.values_list("id", flat=True))
+    report = documents_ingest(tenant=corpus, source=source, documents=[PASTA, BIKE, TAXES])
+    assert report.counts() == {"created": 0, "updated": 0, "unchanged": 3, "duplicate": 0, "chunks": 0}
+    assert DocumentVersion.objects.count() == 3
+    assert set(Chunk.objects.values_list("id", flat=True)) == chunk_ids
+
+
+def test_changed_content_creates_a_new_version_whose_chunks_replace_the_old_ones(corpus, source):
+    changed = replace(PASTA, text=PASTA.text + "\n\nFresh pasta needs only three minutes of cooking.")
+    report = documents_ingest(tenant=corpus, source=source, documents=[changed])
+    assert report.counts()["updated"] == 1
+    versions = DocumentVersion.objects.filter(document__external_id="recipes/pasta").order_by("number")
+    assert [(v.number, v.is_current) for v in versions] == [(1, False), (2, True)]
+    assert not versions[0].chunks.exists()
+    assert versions[1].chunks.exists()
+    top = chunk_search(tenant=corpus, query="fresh pasta three minutes", k=1).results[0]
+    assert top.chunk.version.number == 2
+
+
+def test_an_exact_duplicate_is_recorded_and_not_embedded_again(corpus, source):
+    copy = replace(BIKE, external_id="copies/bike-tyre", title="Copy of the tyre guide")
+    report = documents_ingest(tenant=corpus, source=source, documents=[copy])
+    assert report.counts()["duplicate"] == 1
+    version = DocumentVersion.objects.get(document__external_id="copies/bike-tyre")
+    original = DocumentVersion.objects.get(document__external_id="howto/bike-tyre")
+    assert version.duplicate_of == original
+    assert not version.chunks.exists()
+
+
+def test_duplicates_within_one_batch_are_embedded_once(tenant, source):
+    twin = replace(PASTA, external_id="recipes/pasta-copy")
+    report = documents_ingest(tenant=tenant, source=source, documents=[PASTA, twin])
+    assert sorted(o.status for o in report.outcomes) == ["created", "duplicate"]
+    assert Chunk.objects.filter(version__document__external_id="recipes/pasta-copy").count() == 0
+
+
+def test_deleting_the_original_indexes_its_duplicate_on_its_own(corpus, source):
+    documents_ingest(tenant=corpus, source=source, documents=[replace(BIKE, external_id="copies/bike")])
+    original = Document.objects.get(external_id="howto/bike-tyre")
+    document_delete(tenant=corpus, document_id=original.pk)
+    copy = DocumentVersion.objects.get(document__external_id="copies/bike")
+    assert copy.duplicate_of is None
+    assert copy.chunks.exists()
+    top = chunk_search(tenant=corpus, query="patch the inner tube", k=1).results[0]
+    assert top.chunk.version.document.external_id == "copies/bike"
+
+
+def test_the_same_content_in_another_tenant_is_not_a_duplicate(corpus, other_tenant_corpus):
+    source = SourceFactory(tenant=other_tenant_corpus)
+    report = documents_ingest(tenant=other_tenant_corpus, source=source, documents=[PASTA])
+    assert report.counts()["created"] == 1
+
+
+def test_the_database_allows_only_one_current_version_per_document(corpus):
+    version = DocumentVersion.objects.filter(is_current=True).first()
+    with pytest.raises(IntegrityError):
+        DocumentVersion.objects.create(
+            document=version.document, number=99, text="x", content_hash="0" * 64, is_current=True
+        )
+
+
+def test_ingesting_a_folder_reads_every_supported_file(tenant, source, tmp_path):
+    (tmp_path / "guide.md").write_text("# Guide\n\nStep one is to read the manual carefully.")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "page.html").write_text(
+        "<html><head><title>Page</title><script>x()</script></head><body><p>Hello from HTML.</p></body></html>"
+    )
+    (tmp_path / "notes.txt").write_text("Plain notes about the quarterly planning meeting.")
+    report = paths_ingest(tenant=tenant, source=source, paths=[tmp_path])
+    assert sorted(o.external_id for o in report.outcomes) == ["guide", "notes", "sub/page"]
+    page = DocumentVersion.objects.get(document__external_id="sub/page")
+    assert "x()" not in page.text and "Hello from HTML." in page.text
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "error"),
+    [
+        ("empty.md", b"   \n", InvalidInput),
+        ("binary.txt", b"\x00\x01\x02binary", InvalidInput),
+        ("program.exe", b"MZ....", UnsupportedFileType),
+        ("broken.jsonl", b'{"id": "a", "text": "fine"}\n{"id": "b", "text": \n', InvalidInput),
+    ],
+)
+def test_a_bad_file_rejects_the_whole_ingestion_and_stores_nothing(tenant, source, tmp_path, name, content, error):
+    (tmp_path / "good.md").write_text("# Good\n\nThis document is perfectly fine on its own.")
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(error):
+        paths_ingest(tenant=tenant, source=source, paths=[tmp_path / "good.md", tmp_path / name])
+    assert not Document.objects.for_tenant(tenant).exists()

@@ -1,0 +1,72 @@
+import pytest
+
+from knowledge.errors import InvalidInput, UnsupportedFileType
+from knowledge.ingestion.readers import read_bytes, rst_to_text
+from knowledge.ingestion.splitters import MaxTokenSplitter, SentenceSplitter, SingleChunkSplitter
+
+
+def test_rst_markup_is_reduced_to_readable_text_with_sections():
+    source = (
+        "=================\nCustom model fields\n=================\n\n"
+        ".. _howto-custom:\n\nUse :class:`~django.db.models.Field` and ``max_length``.\n\n"
+        "Writing a subclass\n------------------\n\n.. versionadded:: 5.0\n\nSee :doc:`the docs </ref/models>`.\n"
+    )
+    document = read_bytes(source.encode(), name="fields.txt", fmt="rst")[0]
+    assert document.title == "Custom model fields"
+    assert "Use Field and max_length." in document.text
+    assert "See the docs." in document.text
+    assert "New in version 5.0" in document.text
+    assert [s.heading for s in document.sections] == ["Custom model fields", "Writing a subclass"]
+
+
+def test_a_release_note_date_under_the_title_becomes_published_at():
+    source = "=====\nDjango 5.2 release notes\n=====\n\n*April 2, 2025*\n\nWelcome to Django 5.2!\n"
+    document = read_bytes(source.encode(), name="5.2.txt", fmt="rst")[0]
+    assert document.published_at is not None
+    assert document.published_at.date().isoformat() == "2025-04-02"
+
+
+def test_jsonl_gives_one_document_per_line_with_metadata():
+    data = b'{"id": "a", "title": "A", "text": "Alpha text.", "team": "x"}\n{"id": "b", "body": "Beta text.", "date": "2024-05-01"}\n'
+    documents = read_bytes(data, name="docs.jsonl")
+    assert [d.external_id for d in documents] == ["a", "b"]
+    assert documents[0].metadata == {"team": "x"}
+    assert documents[1].published_at.year == 2024
+
+
+def test_malformed_jsonl_names_the_line():
+    with pytest.raises(InvalidInput, match="line 2"):
+        read_bytes(b'{"id": "a", "text": "ok"}\nnot json\n', name="docs.jsonl")
+
+
+def test_unknown_types_and_binary_files_are_refused():
+    with pytest.raises(UnsupportedFileType):
+        read_bytes(b"data", name="archive.zip")
+    with pytest.raises(InvalidInput, match="binary"):
+        read_bytes(b"\xff\xfe\x00\x00garbage", name="notes.txt")
+
+
+def test_a_corrupt_pdf_is_refused_with_a_clear_message():
+    with pytest.raises(InvalidInput, match="PDF"):
+        read_bytes(b"%PDF-1.4 this is not really a pdf", name="report.pdf")
+
+
+LONG = "# Title\n\n" + " ".join(f"Sentence number {i} talks about topic {i % 7}." for i in range(200))
+
+
+def test_the_max_token_splitter_respects_the_budget_and_overlaps_whole_sentences():
+    document = read_bytes(LONG.encode(), name="long.md")[0]
+    spans = MaxTokenSplitter(max_tokens=64, overlap_tokens=16).split(document)
+    assert len(spans) > 5
+    assert all(s.token_count <= 66 for s in spans)
+    assert all(document.text[s.start : s.end] == s.text for s in spans)
+    assert spans[1].start < spans[0].end  # overlap
+    assert spans[1].text.startswith("Sentence number")
+
+
+def test_the_sentence_and_single_chunk_splitters():
+    document = read_bytes(b"One sentence here. Another one there.\n\nA third paragraph.", name="a.txt")[0]
+    assert [s.text for s in SentenceSplitter().split(document)] == [
+        "One sentence here.", "Another one there.", "A third paragraph."
+    ]
+    assert len(SingleChunkSplitter().split(document)) == 1
