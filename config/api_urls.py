@@ -1,1 +1,16 @@
-urlpatterns = []
+"""REST API v1 (mounted at /api/v1/ by ``config.urls``); every view is scoped to the caller's tenant."""
+
+from django.urls import path
+
+from knowledge.apis import DocumentDetailApi, DocumentListApi, JobDetailApi
+from retrieval.apis import AskApi, SearchApi
+
+app_name = "api"
+
+urlpatterns = [
+    path("documents/", DocumentListApi.as_view(), name="document-list"),
+    path("documents/<int:document_id>/", DocumentDetailApi.as_view(), name="document-detail"),
+    path("jobs/<int:job_id>/", JobDetailApi.as_view(), name="job-detail"),
+    path("search/", SearchApi.as_view(), name="search"),
+    path("ask/", AskApi.as_view(), name="ask"),
+]

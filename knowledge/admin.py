@@ -1,0 +1,337 @@
+"""Django admin for curating the knowledge base, isolated by tenant.
+
+A superuser sees and edits every tenant's rows. A staff user who is not a superuser is a
+*tenant admin*: every changelist, change page, foreign-key choice and list filter is limited to
+the tenant of their membership (``knowledge.selectors.tenant_for_user``), and rows they create
+are forced into that tenant. Scoping lives in one place, ``TenantScopedAdmin``, which goes
+through the models' ``for_tenant`` managers.
+
+Like any staff user, a tenant admin sees only the models they hold Django permissions for:
+grant the ``knowledge`` app's model permissions (view/change/delete on Document, Source,
+Membership, Tenant; view on DocumentVersion, Chunk, IngestionJob) to the tenant admins' users
+or group. The demo setup grants them.
+
+Documents, versions and chunks are written by ingestion, so the admin never adds them: versions
+are read-only except their publication date, chunks are read-only (embeddings never appear in a
+form), and deleting documents goes through ``knowledge.services.document_delete``.
+"""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
+from django.db.models import Count
+from django.urls import reverse
+from django.utils.html import format_html
+
+from knowledge.errors import ApplicationError, PermissionDenied
+from knowledge.models import (
+    Chunk,
+    Document,
+    DocumentVersion,
+    IngestionJob,
+    Membership,
+    Source,
+    Tenant,
+)
+from knowledge.selectors import tenant_for_user
+from knowledge.services import document_delete
+
+_UNSCOPED = object()
+
+
+def admin_tenant(request):
+    """The tenant a request's admin views are limited to: ``None`` for no rows at all, or
+    ``_UNSCOPED`` for a superuser. Cached on the request."""
+    if not hasattr(request, "_admin_tenant"):
+        if request.user.is_superuser:
+            request._admin_tenant = _UNSCOPED
+        else:
+            try:
+                request._admin_tenant = tenant_for_user(request.user)
+            except PermissionDenied:
+                request._admin_tenant = None
+    return request._admin_tenant
+
+
+def _is_tenant_filter(entry) -> bool:
+    field = entry[0] if isinstance(entry, (list, tuple)) else entry
+    return isinstance(field, str) and field.split("__")[-1] == "tenant"
+
+
+class TenantScopedForm(forms.ModelForm):
+    """Keeps a row's tenant fixed once created, and its source in the same tenant."""
+
+    def clean(self):
+        cleaned = super().clean()
+        instance = self.instance
+        tenant = cleaned.get("tenant") if "tenant" in self.fields else getattr(instance, "tenant", None)
+        if "tenant" in self.fields and instance.pk and tenant and tenant.pk != instance.tenant_id:
+            self.add_error("tenant", "A row cannot move to another tenant.")
+        source = cleaned.get("source")
+        if source is not None and tenant is not None and source.tenant_id != tenant.pk:
+            self.add_error("source", "The source belongs to another tenant.")
+        return cleaned
+
+
+class TenantScopedAdmin(admin.ModelAdmin):
+    """Limits a tenant model's admin to the user's tenant unless the user is a superuser.
+
+    The model's default manager must offer ``for_tenant`` (``TenantScopedQuerySet``).
+    """
+
+    form = TenantScopedForm
+
+    def get_queryset(self, request):
+        queryset = super().get_queryset(request)
+        tenant = admin_tenant(request)
+        if tenant is _UNSCOPED:
+            return queryset
+        if tenant is None:
+            return queryset.none()
+        return queryset.for_tenant(tenant)
+
+    def get_list_filter(self, request):
+        filters = super().get_list_filter(request)
+        if admin_tenant(request) is _UNSCOPED:
+            return filters
+        return [entry for entry in filters if not _is_tenant_filter(entry)]
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        tenant = admin_tenant(request)
+        if tenant is not _UNSCOPED:
+            kwargs["queryset"] = _choices_for(db_field.related_model, tenant)
+            if db_field.related_model is Tenant and tenant is not None:
+                kwargs["initial"] = tenant.pk
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def save_model(self, request, obj, form, change):
+        tenant = admin_tenant(request)
+        if not change and tenant is not _UNSCOPED and hasattr(obj, "tenant_id"):
+            obj.tenant = tenant
+        super().save_model(request, obj, form, change)
+
+
+def _choices_for(model, tenant):
+    """The rows of ``model`` a tenant admin of ``tenant`` may pick in a foreign-key field."""
+    if tenant is None:
+        return model._default_manager.none()
+    if model is Tenant:
+        return Tenant.objects.filter(pk=tenant.pk)
+    if model is get_user_model():
+        return model._default_manager.filter(membership__tenant=tenant)
+    return model._default_manager.for_tenant(tenant)
+
+
+class ReadOnlyAdminMixin:
+    """Rows written only by ingestion: viewable, never added or changed here."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+# --- Tenants and members -----------------------------------------------------------------------
+
+
+@admin.register(Tenant)
+class TenantAdmin(admin.ModelAdmin):
+    list_display = ["slug", "name", "embedder", "member_count", "document_count", "created_at"]
+    search_fields = ["slug", "name"]
+    date_hierarchy = "created_at"
+
+    def get_queryset(self, request):
+        queryset = super().get_queryset(request).annotate(
+            member_count=Count("memberships", distinct=True),
+            document_count=Count("documents", distinct=True),
+        )
+        tenant = admin_tenant(request)
+        if tenant is _UNSCOPED:
+            return queryset
+        return queryset.filter(pk=tenant.pk) if tenant is not None else queryset.none()
+
+    def get_readonly_fields(self, request, obj=None):
+        if request.user.is_superuser:
+            return ["created_at"]
+        # Changing the embedder needs a re-embed of every chunk: a superuser's job.
+        return ["slug", "embedder", "created_at"]
+
+    def has_add_permission(self, request):
+        return request.user.is_superuser and super().has_add_permission(request)
+
+    def has_delete_permission(self, request, obj=None):
+        return request.user.is_superuser and super().has_delete_permission(request, obj)
+
+    @admin.display(description="members", ordering="member_count")
+    def member_count(self, obj):
+        return obj.member_count
+
+    @admin.display(description="documents", ordering="document_count")
+    def document_count(self, obj):
+        return obj.document_count
+
+
+@admin.register(Membership)
+class MembershipAdmin(TenantScopedAdmin):
+    list_display = ["user", "tenant", "role"]
+    list_filter = ["tenant", "role"]
+    list_select_related = ["user", "tenant"]
+    search_fields = ["user__username", "user__email", "tenant__slug"]
+
+
+# --- Sources and documents ---------------------------------------------------------------------
+
+
+@admin.register(Source)
+class SourceAdmin(TenantScopedAdmin):
+    list_display = ["name", "tenant", "kind", "reliability", "half_life_days", "document_count", "created_at"]
+    list_filter = ["tenant", "kind"]
+    list_select_related = ["tenant"]
+    search_fields = ["name", "tenant__slug"]
+    readonly_fields = ["created_at"]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(document_count=Count("documents"))
+
+    @admin.display(description="documents", ordering="document_count")
+    def document_count(self, obj):
+        return obj.document_count
+
+
+class VersionInline(admin.TabularInline):
+    model = DocumentVersion
+    fk_name = "document"
+    fields = ["number", "is_current", "chunk_count", "content_hash", "duplicate_of", "published_at", "ingested_at"]
+    readonly_fields = fields
+    ordering = ["-number"]
+    extra = 0
+    show_change_link = True
+    can_delete = False
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("duplicate_of__document").annotate(
+            chunk_count=Count("chunks")
+        )
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="chunks")
+    def chunk_count(self, obj):
+        return obj.chunk_count
+
+
+@admin.register(Document)
+class DocumentAdmin(TenantScopedAdmin):
+    list_display = ["title", "external_id", "source", "tenant", "version_count", "updated_at"]
+    list_filter = ["tenant", ("source", admin.RelatedOnlyFieldListFilter)]
+    list_select_related = ["source", "tenant"]
+    search_fields = ["title", "external_id", "uri"]
+    date_hierarchy = "updated_at"
+    fields = ["tenant", "source", "external_id", "title", "uri", "metadata", "portal_link", "created_at", "updated_at"]
+    readonly_fields = ["tenant", "external_id", "portal_link", "created_at", "updated_at"]
+    inlines = [VersionInline]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(version_count=Count("versions"))
+
+    def has_add_permission(self, request):
+        return False  # documents come from ingestion
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        if "delete_selected" in actions:
+            func, name, _ = actions["delete_selected"]
+            actions[name] = (func, name, "Delete selected documents with their versions and chunks")
+        return actions
+
+    def delete_model(self, request, obj):
+        self._delete(request, [obj])
+
+    def delete_queryset(self, request, queryset):
+        self._delete(request, queryset.select_related("tenant"))
+
+    def _delete(self, request, documents):
+        """Delete through the service, which re-indexes documents that duplicated these."""
+        for document in documents:
+            try:
+                document_delete(tenant=document.tenant, document_id=document.pk)
+            except ApplicationError as exc:
+                self.message_user(request, f"{document}: {exc.message}", messages.ERROR)
+
+    def get_deleted_objects(self, objs, request):
+        # Deleting a document deletes its versions and chunks as one unit (no separate
+        # permission needed for them); list only the documents, not every chunk.
+        _, model_count, _, protected = super().get_deleted_objects(objs, request)
+        return [str(obj) for obj in objs], model_count, set(), protected
+
+    @admin.display(description="versions", ordering="version_count")
+    def version_count(self, obj):
+        return obj.version_count
+
+    @admin.display(description="portal")
+    def portal_link(self, obj):
+        if obj.pk is None:
+            return "-"
+        url = reverse("portal:document", args=[obj.pk])
+        return format_html('<a href="{}">Open in the portal</a>', url)
+
+
+@admin.register(DocumentVersion)
+class DocumentVersionAdmin(TenantScopedAdmin):
+    list_display = ["__str__", "number", "is_current", "duplicate_of", "published_at", "ingested_at"]
+    list_filter = [
+        ("document__tenant", admin.RelatedOnlyFieldListFilter),
+        ("document__source", admin.RelatedOnlyFieldListFilter),
+        "is_current",
+    ]
+    list_select_related = ["document", "duplicate_of__document"]
+    search_fields = ["document__title", "document__external_id", "content_hash", "text"]
+    date_hierarchy = "ingested_at"
+    fields = ["document", "number", "is_current", "duplicate_of", "content_hash", "published_at", "ingested_at", "text"]
+    readonly_fields = ["document", "number", "is_current", "duplicate_of", "content_hash", "ingested_at", "text"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # the current version and its chunks go with the document
+
+
+@admin.register(Chunk)
+class ChunkAdmin(ReadOnlyAdminMixin, TenantScopedAdmin):
+    list_display = ["__str__", "ordinal", "heading", "token_count", "embedder", "tenant"]
+    list_filter = [
+        "tenant",
+        ("version__document__source", admin.RelatedOnlyFieldListFilter),
+        "embedder",
+    ]
+    list_select_related = ["version__document", "tenant"]
+    search_fields = ["text", "heading", "version__document__title", "version__document__external_id"]
+    exclude = ["embedding"]
+    readonly_fields = ["portal_link"]
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # chunks are rebuilt by ingestion, never edited by hand
+
+    @admin.display(description="portal")
+    def portal_link(self, obj):
+        url = reverse("portal:document", args=[obj.version.document_id])
+        return format_html(
+            '<a href="{}?version={}#chunk-{}">Open in the portal</a>', url, obj.version.number, obj.ordinal
+        )
+
+
+@admin.register(IngestionJob)
+class IngestionJobAdmin(ReadOnlyAdminMixin, TenantScopedAdmin):
+    list_display = ["file_name", "tenant", "source", "status", "created_at", "finished_at"]
+    list_filter = ["tenant", ("source", admin.RelatedOnlyFieldListFilter), "status"]
+    list_select_related = ["tenant", "source"]
+    search_fields = ["file_name", "error"]
+    date_hierarchy = "created_at"

@@ -1,0 +1,157 @@
+"""REST API of retrieval: hybrid search and cited answers over the caller's tenant only."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema, extend_schema_serializer
+from rest_framework import serializers
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from knowledge.apis import ERRORS, ErrorSerializer
+from knowledge.errors import InvalidInput
+from knowledge.models import Source, Tenant
+from knowledge.selectors import tenant_for_user
+from retrieval.answers import question_answer
+from retrieval.search import MAX_QUERY_CHARS, MODES, chunk_search
+
+
+def _source_ids(tenant: Tenant, names: list[str]) -> list[int] | None:
+    """Ids of the tenant's sources called ``names``; ``None`` (no filter) when none are given.
+
+    An unknown name is an error rather than silently ignored: an empty id list would mean
+    "every source".
+    """
+    if not names:
+        return None
+    found = dict(
+        Source.objects.for_tenant(tenant)
+        .filter(name__in=names)
+        .values_list("name", "id")
+    )
+    missing = sorted(set(names) - set(found))
+    if missing:
+        raise InvalidInput(f"Unknown source(s): {', '.join(missing)}.", code="unknown_source")
+    return list(found.values())
+
+
+class ComponentsField(serializers.DictField):
+    """Per-retriever score and rank, e.g. ``{"dense": {"score": 0.71, "rank": 1}}``."""
+
+    child = serializers.DictField()
+
+
+class SearchApi(APIView):
+    """Hybrid (lexical + dense), lexical or dense search over the tenant's chunks."""
+
+    @extend_schema_serializer(component_name="SearchInput")
+    class InputSerializer(serializers.Serializer):
+        query = serializers.CharField(max_length=MAX_QUERY_CHARS)
+        k = serializers.IntegerField(min_value=1, max_value=50, default=10)
+        mode = serializers.ChoiceField(choices=MODES, default="hybrid")
+        sources = serializers.ListField(
+            child=serializers.CharField(max_length=200), required=False, default=list
+        )
+
+    @extend_schema_serializer(component_name="SearchOutput")
+    class OutputSerializer(serializers.Serializer):
+        class ResultSerializer(serializers.Serializer):
+            rank = serializers.IntegerField()
+            document = serializers.CharField()
+            document_id = serializers.IntegerField()
+            title = serializers.CharField()
+            uri = serializers.CharField()
+            source = serializers.CharField()
+            version = serializers.IntegerField()
+            chunk = serializers.IntegerField()
+            chunk_id = serializers.IntegerField()
+            heading = serializers.CharField()
+            score = serializers.FloatField()
+            components = ComponentsField()
+            text = serializers.CharField()
+
+        results = ResultSerializer(many=True)
+        timings_ms = serializers.DictField(child=serializers.FloatField())
+
+    @extend_schema(
+        operation_id="search",
+        request=InputSerializer,
+        responses={200: OutputSerializer, 502: ErrorSerializer, **ERRORS},
+    )
+    def post(self, request):
+        tenant = tenant_for_user(request.user)
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        response = chunk_search(
+            tenant=tenant,
+            query=data["query"],
+            k=data["k"],
+            mode=data["mode"],
+            source_ids=_source_ids(tenant, data["sources"]),
+        )
+        output = {
+            "results": [r.as_dict() for r in response.results],
+            "timings_ms": response.timings_ms,
+        }
+        return Response(self.OutputSerializer(output).data)
+
+
+class AskApi(APIView):
+    """Answer a question from the tenant's documents, citing passages as ``[n]``."""
+
+    @extend_schema_serializer(component_name="AskInput")
+    class InputSerializer(serializers.Serializer):
+        question = serializers.CharField(max_length=MAX_QUERY_CHARS)
+        k = serializers.IntegerField(min_value=1, max_value=20, default=5)
+        strategy = serializers.ChoiceField(choices=("top_n", "window"), default="window")
+        window = serializers.IntegerField(min_value=0, max_value=10, default=1)
+        reverse_pack = serializers.BooleanField(default=True)
+        extractive = serializers.BooleanField(
+            default=False, help_text="Answer by quoting sentences, without the LLM."
+        )
+        sources = serializers.ListField(
+            child=serializers.CharField(max_length=200), required=False, default=list
+        )
+
+    @extend_schema_serializer(component_name="AskOutput")
+    class OutputSerializer(serializers.Serializer):
+        class CitationSerializer(serializers.Serializer):
+            n = serializers.IntegerField()
+            document = serializers.CharField()
+            document_id = serializers.IntegerField()
+            title = serializers.CharField()
+            uri = serializers.CharField()
+            version = serializers.IntegerField()
+            chunk = serializers.IntegerField()
+            chunk_id = serializers.IntegerField()
+            score = serializers.FloatField()
+            text = serializers.CharField()
+
+        question = serializers.CharField()
+        answer = serializers.CharField()
+        mode = serializers.ChoiceField(choices=("llm", "extractive"))
+        found = serializers.BooleanField()
+        citations = CitationSerializer(many=True)
+        timings_ms = serializers.DictField(child=serializers.FloatField())
+
+    @extend_schema(
+        operation_id="ask",
+        request=InputSerializer,
+        responses={200: OutputSerializer, 502: ErrorSerializer, **ERRORS},
+    )
+    def post(self, request):
+        tenant = tenant_for_user(request.user)
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        answer = question_answer(
+            tenant=tenant,
+            question=data["question"],
+            k=data["k"],
+            strategy=data["strategy"],
+            window_size=data["window"],
+            reverse_pack=data["reverse_pack"],
+            use_llm=not data["extractive"],
+            source_ids=_source_ids(tenant, data["sources"]),
+        )
+        return Response(self.OutputSerializer(answer.as_dict()).data)

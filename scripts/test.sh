@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# README command two: install the dev requirements and run the whole test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh requirements-dev.txt
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+.venv/bin/python manage.py makemigrations --check --dry-run >/dev/null \
+  || { echo "Models changed without a migration: run manage.py makemigrations." >&2; exit 1; }
+exec .venv/bin/python -m pytest -q --create-db "$@"

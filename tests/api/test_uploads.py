@@ -1,0 +1,140 @@
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+
+from knowledge.models import Document, IngestionJob, Source
+from tests.api.conftest import stored_counts
+
+NOTE = b"# Onboarding\n\nNew starters get a laptop on their first day.\n\n## Accounts\n\nIT creates your e-mail account.\n"
+
+
+def upload(client, name, data, **fields):
+    return client.post("/api/v1/documents/", {"file": SimpleUploadedFile(name, data), **fields}, format="multipart")
+
+
+def test_uploading_a_markdown_file_queues_a_job_that_ingests_it(
+    tenant, editor_client, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        response = upload(editor_client, "onboarding.md", NOTE)
+    assert response.status_code == 202
+    job = response.json()
+    assert job["status"] == "pending"
+    assert job["source"] == "uploads"
+    assert job["urls"]["self"] == f"/api/v1/jobs/{job['id']}/"
+
+    finished = editor_client.get(job["urls"]["self"]).json()
+    assert finished["status"] == "done", finished["error"]
+    assert finished["result"]["created"] == 1
+    document = Document.objects.get(tenant=tenant, external_id="onboarding.md")
+    assert document.title == "Onboarding"
+    assert document.source.kind == Source.Kind.UPLOAD
+    assert finished["urls"]["documents"] == [f"/api/v1/documents/{document.pk}/"]
+    assert editor_client.get(f"/api/v1/documents/{document.pk}/").json()["versions"][0]["chunk_count"] > 0
+
+
+def test_an_upload_stores_the_file_under_the_tenants_upload_folder(
+    tenant, admin_client, upload_dir, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        response = upload(admin_client, "../../evil name.md", NOTE)
+    assert response.status_code == 202
+    job = IngestionJob.objects.get(pk=response.json()["id"])
+    [stored] = (upload_dir / tenant.slug).glob("*/*")
+    assert str(stored) == job.stored_path
+    assert stored.name == "evil_name.md"
+    assert stored.read_bytes() == NOTE
+
+
+def test_upload_options_set_the_source_id_title_and_reader(
+    tenant, editor_client, django_capture_on_commit_callbacks
+):
+    rst = b"Release notes\n=============\n\nThe *new* importer reads ``.rst`` files.\n"
+    with django_capture_on_commit_callbacks(execute=True):
+        response = upload(
+            editor_client, "notes.txt", rst, source="releases", external_id="rel/1", title="Release 1", format="rst"
+        )
+    assert response.status_code == 202
+    assert editor_client.get(response.json()["urls"]["self"]).json()["status"] == "done"
+    document = Document.objects.get(tenant=tenant, external_id="rel/1")
+    assert (document.title, document.source.name) == ("Release 1", "releases")
+    assert "*new*" not in document.versions.get().text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_without_a_broker_the_upload_is_ingested_before_the_response(tenant, editor_client):
+    response = upload(editor_client, "onboarding.md", NOTE)
+    assert response.status_code == 202
+    assert response.json()["status"] == "done"
+    assert Document.objects.for_tenant(tenant).filter(external_id="onboarding.md").exists()
+
+
+BAD_FILES = [
+    ("empty.md", b"", 400, "empty_file", "empty.md: the file is empty."),
+    ("blank.txt", b"  \n\n ", 400, "empty_file", "blank.txt: the file is empty."),
+    ("x.txt", b"text\x00\x01\x02 with NULs", 400, "binary_file", "x.txt: looks like a binary file, not text."),
+    ("x.exe", b"MZ\x90\x00", 415, "unsupported_file_type", None),
+    (
+        "docs.jsonl",
+        b'{"id": "a", "text": "First document."}\n{"id": "b", "text": "broken\n',
+        400,
+        "malformed_jsonl",
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "data", "status", "code", "message"), BAD_FILES)
+def test_a_bad_file_is_rejected_and_nothing_is_stored(
+    corpus, editor_client, upload_dir, django_capture_on_commit_callbacks, name, data, status, code, message
+):
+    before = stored_counts(corpus)
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        response = upload(editor_client, name, data)
+    assert response.status_code == status
+    error = response.json()["error"]
+    assert error["code"] == code
+    assert error["message"].startswith(f"{name}")
+    if message:
+        assert error["message"] == message
+    assert stored_counts(corpus) == before
+    assert not callbacks
+    assert not upload_dir.exists() or not any(upload_dir.rglob("*.*"))
+    assert not Source.objects.for_tenant(corpus).filter(name="uploads").exists()
+
+
+def test_the_malformed_jsonl_message_names_the_broken_line(corpus, editor_client):
+    response = upload(editor_client, "docs.jsonl", b'{"id": "a", "text": "ok"}\n{"id": "b", "text": broken}\n')
+    assert response.status_code == 400
+    assert "line 2" in response.json()["error"]["message"]
+
+
+def test_a_file_over_the_size_limit_is_rejected_with_413(corpus, editor_client, settings, upload_dir):
+    settings.KB_MAX_UPLOAD_BYTES = 1024
+    before = stored_counts(corpus)
+    response = upload(editor_client, "big.md", b"# Big\n\n" + b"word " * 400)
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "payload_too_large"
+    assert stored_counts(corpus) == before
+    assert not upload_dir.exists()
+
+
+def test_a_file_at_the_size_limit_is_accepted(tenant, editor_client, settings):
+    settings.KB_MAX_UPLOAD_BYTES = 1024
+    data = (b"# Small\n\n" + b"word " * 300)[:1024]
+    assert upload(editor_client, "small.md", data).status_code == 202
+
+
+def test_a_member_cannot_upload(corpus, member_client, upload_dir):
+    before = stored_counts(corpus)
+    response = upload(member_client, "onboarding.md", NOTE)
+    assert response.status_code == 403
+    assert response.json()["error"]["code"] == "permission_denied"
+    assert stored_counts(corpus) == before
+    assert not upload_dir.exists()
+
+
+def test_an_upload_without_a_file_is_a_400_in_the_error_shape(tenant, editor_client):
+    response = editor_client.post("/api/v1/documents/", {"source": "x"}, format="multipart")
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_input"
+    assert "file" in response.json()["error"]["message"]
