@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+
 from django.core.exceptions import ImproperlyConfigured
 
 DATABASE_NAME = "knowledge_base"
@@ -35,17 +36,13 @@ def embedded_database_settings(data_dir: Path) -> dict:
     except Exception as exc:
         log = pgdata / "log"
         tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
-        raise ImproperlyConfigured(
-            f"Embedded PostgreSQL in {pgdata} did not start: {exc}\n{tail}"
-        ) from exc
+        raise ImproperlyConfigured(f"Embedded PostgreSQL in {pgdata} did not start: {exc}\n{tail}") from exc
 
     info = server.get_postmaster_info()
     socket_dir = str(info.socket_dir) if getattr(info, "socket_dir", None) else None
     admin_uri = server.get_uri()
     with psycopg.connect(admin_uri, autocommit=True) as conn:
-        exists = conn.execute(
-            "SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE_NAME]
-        ).fetchone()
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE_NAME]).fetchone()
         if not exists:
             conn.execute(f'CREATE DATABASE "{DATABASE_NAME}"')
     host = socket_dir or getattr(info, "hostname", None) or "127.0.0.1"

@@ -61,9 +61,7 @@ def env_choice(name: str, default: str, choices: list[str]) -> str:
     """Return the variable if it is one of ``choices``."""
     value = env_str(name, default)
     if value not in choices:
-        raise ImproperlyConfigured(
-            f"{name}={value!r} is not one of {', '.join(choices)}."
-        )
+        raise ImproperlyConfigured(f"{name}={value!r} is not one of {', '.join(choices)}.")
     return value
 
 
@@ -72,8 +70,7 @@ def env_url(name: str, default: str = "", *, schemes: tuple[str, ...]) -> str:
     value = env_str(name, default)
     if value and value.split("://", 1)[0] not in schemes:
         raise ImproperlyConfigured(
-            f"{name}={value!r} must be a URL starting with one of: "
-            + ", ".join(f"{s}://" for s in schemes)
+            f"{name}={value!r} must be a URL starting with one of: " + ", ".join(f"{s}://" for s in schemes)
         )
     return value
 
@@ -84,7 +81,5 @@ def env_path(name: str, default: Path) -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ImproperlyConfigured(
-            f"{name}={str(path)!r} cannot be created: {exc}"
-        ) from exc
+        raise ImproperlyConfigured(f"{name}={str(path)!r} cannot be created: {exc}") from exc
     return path

@@ -12,17 +12,11 @@ from knowledge.errors import ApplicationError
 def api_exception_handler(exc, context):
     """DRF exception handler: one response shape for domain and framework errors."""
     if isinstance(exc, ApplicationError):
-        return Response(
-            {"error": {"code": exc.code, "message": exc.message}}, status=exc.status
-        )
+        return Response({"error": {"code": exc.code, "message": exc.message}}, status=exc.status)
     response = exception_handler(exc, context)
     if response is not None and isinstance(exc, drf_exceptions.APIException):
         detail = response.data
-        message = (
-            detail.get("detail")
-            if isinstance(detail, dict) and "detail" in detail
-            else detail
-        )
+        message = detail.get("detail") if isinstance(detail, dict) and "detail" in detail else detail
         code = exc.get_codes() if isinstance(exc.get_codes(), str) else "invalid_input"
         response.data = {"error": {"code": code, "message": message}}
     return response

@@ -118,9 +118,7 @@ if KB_EMBEDDER != "local" and not KB_EMBEDDER.startswith("openai:"):
 # Chat model for answers; empty = extractive answers, no LLM.
 KB_LLM_MODEL = env_str("KB_LLM_MODEL")
 if KB_LLM_MODEL and not (OPENAI_BASE_URL or OPENAI_API_KEY):
-    raise ImproperlyConfigured(
-        "KB_LLM_MODEL is set but neither OPENAI_BASE_URL nor OPENAI_API_KEY is."
-    )
+    raise ImproperlyConfigured("KB_LLM_MODEL is set but neither OPENAI_BASE_URL nor OPENAI_API_KEY is.")
 KB_LLM_TIMEOUT_S = env_int("KB_LLM_TIMEOUT_S", 120, minimum=1)
 KB_EMBED_BATCH_SIZE = env_int("KB_EMBED_BATCH_SIZE", 64, minimum=1)
 KB_MAX_UPLOAD_BYTES = env_int("KB_MAX_UPLOAD_BYTES", 20 * 1024 * 1024, minimum=1024)

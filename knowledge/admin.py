@@ -144,9 +144,13 @@ class TenantAdmin(admin.ModelAdmin):
     date_hierarchy = "created_at"
 
     def get_queryset(self, request):
-        queryset = super().get_queryset(request).annotate(
-            member_count=Count("memberships", distinct=True),
-            document_count=Count("documents", distinct=True),
+        queryset = (
+            super()
+            .get_queryset(request)
+            .annotate(
+                member_count=Count("memberships", distinct=True),
+                document_count=Count("documents", distinct=True),
+            )
         )
         tenant = admin_tenant(request)
         if tenant is _UNSCOPED:
@@ -212,8 +216,8 @@ class VersionInline(admin.TabularInline):
     can_delete = False
 
     def get_queryset(self, request):
-        return super().get_queryset(request).select_related("duplicate_of__document").annotate(
-            chunk_count=Count("chunks")
+        return (
+            super().get_queryset(request).select_related("duplicate_of__document").annotate(chunk_count=Count("chunks"))
         )
 
     def has_add_permission(self, request, obj=None):

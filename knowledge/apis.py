@@ -8,7 +8,6 @@ Views are thin: they parse input, call one service or selector, and shape output
 from __future__ import annotations
 
 from django.conf import settings
-from django.db.models import OuterRef, Subquery
 from django.urls import reverse
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -22,11 +21,12 @@ from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from knowledge.errors import NotFound, PermissionDenied
-from knowledge.models import DocumentVersion, IngestionJob, Membership, Tenant
+from knowledge.errors import PermissionDenied
+from knowledge.models import IngestionJob, Membership
 from knowledge.selectors import (
     document_get,
     document_list,
+    ingestion_job_get,
     membership_for_user,
     tenant_for_user,
 )
@@ -54,19 +54,6 @@ def _editor_membership(user) -> Membership:
     return membership
 
 
-def _job_get(*, tenant: Tenant, job_id: int) -> IngestionJob:
-    """One of the tenant's ingestion jobs (scoped by ``for_tenant``); ``NotFound`` otherwise."""
-    job = (
-        IngestionJob.objects.for_tenant(tenant)
-        .select_related("source")
-        .filter(pk=job_id)
-        .first()
-    )
-    if job is None:
-        raise NotFound(f"Job {job_id} not found.")
-    return job
-
-
 class JobUrlsSerializer(serializers.Serializer):
     self = serializers.CharField()
     documents = serializers.ListField(child=serializers.CharField())
@@ -91,9 +78,7 @@ class JobOutputSerializer(serializers.Serializer):
         return {
             "self": reverse("api:job-detail", args=[job.pk]),
             "documents": [
-                reverse("api:document-detail", args=[d["document_id"]])
-                for d in documents
-                if d.get("document_id")
+                reverse("api:document-detail", args=[d["document_id"]]) for d in documents if d.get("document_id")
             ],
         }
 
@@ -114,9 +99,7 @@ class DocumentListApi(APIView):
         source = serializers.CharField(max_length=200, default="uploads")
         external_id = serializers.CharField(max_length=1000, required=False)
         title = serializers.CharField(max_length=500, required=False)
-        format = serializers.CharField(
-            max_length=20, required=False, help_text='A reader to use, e.g. "rst".'
-        )
+        format = serializers.CharField(max_length=20, required=False, help_text='A reader to use, e.g. "rst".')
 
     @extend_schema_serializer(component_name="DocumentListOutput")
     class OutputSerializer(serializers.Serializer):
@@ -130,21 +113,14 @@ class DocumentListApi(APIView):
 
     @extend_schema(
         operation_id="documents_list",
-        parameters=[
-            OpenApiParameter("source", str, description="Only documents of this source.")
-        ],
+        parameters=[OpenApiParameter("source", str, description="Only documents of this source.")],
         responses={200: OutputSerializer(many=True), **ERRORS},
     )
     def get(self, request):
         tenant = tenant_for_user(request.user)
         filters = self.FilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
-        current = DocumentVersion.objects.filter(
-            document=OuterRef("pk"), is_current=True
-        ).values("number")[:1]
-        documents = document_list(
-            tenant=tenant, source_name=filters.validated_data.get("source")
-        ).annotate(current_version=Subquery(current))
+        documents = document_list(tenant=tenant, source_name=filters.validated_data.get("source"))
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(documents, request, view=self)
         return paginator.get_paginated_response(self.OutputSerializer(page, many=True).data)
@@ -225,4 +201,4 @@ class JobDetailApi(APIView):
     @extend_schema(operation_id="jobs_retrieve", responses={200: JobOutputSerializer, **ERRORS})
     def get(self, request, job_id: int):
         tenant = tenant_for_user(request.user)
-        return Response(JobOutputSerializer(_job_get(tenant=tenant, job_id=job_id)).data)
+        return Response(JobOutputSerializer(ingestion_job_get(tenant=tenant, job_id=job_id)).data)

@@ -95,14 +95,10 @@ class OpenAIEmbedder:
         rows: list[list[float]] = []
         for i in range(0, len(texts), self.batch_size):
             try:
-                response = self.client.embeddings.create(
-                    model=self.model, input=texts[i : i + self.batch_size]
-                )
+                response = self.client.embeddings.create(model=self.model, input=texts[i : i + self.batch_size])
             except OpenAIError as exc:
                 raise UpstreamError(f"Embedding endpoint failed: {exc}") from exc
-            rows.extend(
-                item.embedding for item in sorted(response.data, key=lambda d: d.index)
-            )
+            rows.extend(item.embedding for item in sorted(response.data, key=lambda d: d.index))
         vectors = np.asarray(rows, dtype=np.float32).reshape(len(rows), -1)
         if len(vectors):
             self._dimensions = vectors.shape[1]

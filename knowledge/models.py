@@ -19,7 +19,7 @@ class TenantScopedQuerySet(models.QuerySet):
 
     tenant_path = "tenant"
 
-    def for_tenant(self, tenant: "Tenant | int"):
+    def for_tenant(self, tenant: Tenant | int):
         """Rows belonging to ``tenant`` (a ``Tenant`` or its id), and no others."""
         tenant_id = tenant if isinstance(tenant, int) else tenant.pk
         return self.filter(**{f"{self.tenant_path}_id": tenant_id})
@@ -58,12 +58,8 @@ class Membership(models.Model):
         EDITOR = "editor", "Editor"
         MEMBER = "member", "Member"
 
-    user = models.OneToOneField(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="membership"
-    )
-    tenant = models.ForeignKey(
-        Tenant, on_delete=models.CASCADE, related_name="memberships"
-    )
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="membership")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
 
     objects = TenantScopedQuerySet.as_manager()
@@ -89,18 +85,14 @@ class Source(models.Model):
     name = models.CharField(max_length=200)
     kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.FILES)
     reliability = models.FloatField(default=1.0)
-    half_life_days = models.FloatField(
-        null=True, blank=True, help_text="Recency half-life; empty = no decay."
-    )
+    half_life_days = models.FloatField(null=True, blank=True, help_text="Recency half-life; empty = no decay.")
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = TenantScopedQuerySet.as_manager()
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(
-                fields=["tenant", "name"], name="source_unique_name_per_tenant"
-            ),
+            models.UniqueConstraint(fields=["tenant", "name"], name="source_unique_name_per_tenant"),
             models.CheckConstraint(
                 condition=Q(reliability__gte=0) & Q(reliability__lte=1),
                 name="source_reliability_in_0_1",
@@ -118,12 +110,8 @@ class Source(models.Model):
 class Document(models.Model):
     """A document of a tenant, identified within the tenant by ``external_id`` (a path or URI)."""
 
-    tenant = models.ForeignKey(
-        Tenant, on_delete=models.CASCADE, related_name="documents"
-    )
-    source = models.ForeignKey(
-        Source, on_delete=models.CASCADE, related_name="documents"
-    )
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="documents")
+    source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="documents")
     external_id = models.CharField(max_length=1000)
     uri = models.CharField(max_length=2000, blank=True)
     title = models.CharField(max_length=500)
@@ -142,9 +130,7 @@ class Document(models.Model):
         ]
         indexes = [
             # Admin and API lists filter a tenant's documents by source.
-            models.Index(
-                fields=["tenant", "source"], name="document_tenant_source_idx"
-            ),
+            models.Index(fields=["tenant", "source"], name="document_tenant_source_idx"),
         ]
 
     def __str__(self) -> str:
@@ -158,14 +144,10 @@ class DocumentVersion(models.Model):
     version records that in ``duplicate_of`` and gets no chunks of its own.
     """
 
-    document = models.ForeignKey(
-        Document, on_delete=models.CASCADE, related_name="versions"
-    )
+    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="versions")
     number = models.PositiveIntegerField()
     text = models.TextField()
-    content_hash = models.CharField(
-        max_length=64, help_text="SHA-256 of the normalized text, hex."
-    )
+    content_hash = models.CharField(max_length=64, help_text="SHA-256 of the normalized text, hex.")
     published_at = models.DateTimeField(null=True, blank=True)
     ingested_at = models.DateTimeField(auto_now_add=True)
     is_current = models.BooleanField(default=False)
@@ -181,17 +163,13 @@ class DocumentVersion(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(
-                fields=["document", "number"], name="version_unique_number_per_document"
-            ),
+            models.UniqueConstraint(fields=["document", "number"], name="version_unique_number_per_document"),
             models.UniqueConstraint(
                 fields=["document"],
                 condition=Q(is_current=True),
                 name="version_one_current_per_document",
             ),
-            models.CheckConstraint(
-                condition=Q(number__gte=1), name="version_number_positive"
-            ),
+            models.CheckConstraint(condition=Q(number__gte=1), name="version_number_positive"),
         ]
         indexes = [
             # Exact-duplicate lookup at ingestion: same hash among current versions.
@@ -206,6 +184,11 @@ class DocumentVersion(models.Model):
         return f"{self.document} v{self.number}"
 
 
+def _english_tsvector():
+    """Heading (weight A) and text (weight B) under PostgreSQL's English configuration."""
+    return SearchVector("heading", weight="A", config="english") + SearchVector("text", weight="B", config="english")
+
+
 class Chunk(models.Model):
     """A retrievable span of a current version, with its embedding and full-text vector.
 
@@ -216,13 +199,9 @@ class Chunk(models.Model):
     """
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="chunks")
-    version = models.ForeignKey(
-        DocumentVersion, on_delete=models.CASCADE, related_name="chunks"
-    )
+    version = models.ForeignKey(DocumentVersion, on_delete=models.CASCADE, related_name="chunks")
     ordinal = models.PositiveIntegerField()
-    heading = models.CharField(
-        max_length=500, blank=True, help_text="Document title and section path."
-    )
+    heading = models.CharField(max_length=500, blank=True, help_text="Document title and section path.")
     text = models.TextField()
     token_count = models.PositiveIntegerField()
     char_start = models.PositiveIntegerField()
@@ -230,9 +209,18 @@ class Chunk(models.Model):
     embedder = models.CharField(max_length=200)
     embedding = VectorField()
     search_vector = models.GeneratedField(
-        expression=SearchVector("heading", weight="A", config="english")
-        + SearchVector("text", weight="B", config="english"),
-        output_field=SearchVectorField(),
+        expression=_english_tsvector(), output_field=SearchVectorField(), db_persist=True
+    )
+    # BM25 inputs, derived from the same English tsvector (stemmed, stop words removed):
+    # {lexeme: term frequency} and the chunk's length in lexemes (see knowledge/bm25.sql).
+    term_freqs = models.GeneratedField(
+        expression=models.Func(_english_tsvector(), function="kb_term_freqs"),
+        output_field=models.JSONField(),
+        db_persist=True,
+    )
+    term_count = models.GeneratedField(
+        expression=models.Func(_english_tsvector(), function="kb_term_count"),
+        output_field=models.IntegerField(),
         db_persist=True,
     )
     metadata = models.JSONField(default=dict, blank=True)
@@ -241,9 +229,7 @@ class Chunk(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(
-                fields=["version", "ordinal"], name="chunk_unique_ordinal_per_version"
-            ),
+            models.UniqueConstraint(fields=["version", "ordinal"], name="chunk_unique_ordinal_per_version"),
             models.CheckConstraint(
                 condition=Q(char_end__gte=models.F("char_start")),
                 name="chunk_offsets_ordered",
@@ -253,9 +239,7 @@ class Chunk(models.Model):
             # Lexical search: search_vector @@ tsquery, scoped by tenant afterwards.
             GinIndex(fields=["search_vector"], name="chunk_search_vector_gin"),
             # Tenant scoping of lexical candidates and per-tenant statistics.
-            models.Index(
-                fields=["tenant", "embedder"], name="chunk_tenant_embedder_idx"
-            ),
+            models.Index(fields=["tenant", "embedder"], name="chunk_tenant_embedder_idx"),
         ]
 
     def __str__(self) -> str:
@@ -271,18 +255,12 @@ class IngestionJob(models.Model):
         DONE = "done", "Done"
         FAILED = "failed", "Failed"
 
-    tenant = models.ForeignKey(
-        Tenant, on_delete=models.CASCADE, related_name="ingestion_jobs"
-    )
-    source = models.ForeignKey(
-        Source, on_delete=models.CASCADE, related_name="ingestion_jobs"
-    )
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="ingestion_jobs")
+    source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="ingestion_jobs")
     file_name = models.CharField(max_length=500)
     stored_path = models.CharField(max_length=2000)
     options = models.JSONField(default=dict, blank=True)
-    status = models.CharField(
-        max_length=10, choices=Status.choices, default=Status.PENDING
-    )
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     result = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -293,10 +271,55 @@ class IngestionJob(models.Model):
     class Meta:
         indexes = [
             # The API lists a tenant's recent jobs.
-            models.Index(
-                fields=["tenant", "-created_at"], name="job_tenant_created_idx"
-            ),
+            models.Index(fields=["tenant", "-created_at"], name="job_tenant_created_idx"),
         ]
 
     def __str__(self) -> str:
         return f"{self.file_name} ({self.status})"
+
+
+class TermStatistic(models.Model):
+    """Document frequency of a lexeme among a tenant's chunks (BM25's IDF input).
+
+    Maintained by statement-level triggers on ``knowledge_chunk`` (knowledge/bm25.sql), so it
+    stays exact whatever path inserts or deletes chunks. Not edited by application code.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    lexeme = models.TextField()
+    df = models.IntegerField()
+
+    objects = TenantScopedQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            # Also the lookup index of BM25 queries: (tenant_id, lexeme) = ANY(query lexemes).
+            models.UniqueConstraint(fields=["tenant", "lexeme"], name="termstat_unique_lexeme_per_tenant"),
+            models.CheckConstraint(condition=Q(df__gte=0), name="termstat_df_not_negative"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.lexeme} (df {self.df})"
+
+
+class CorpusStatistic(models.Model):
+    """A tenant's chunk count and total chunk length in lexemes (BM25's N and average length).
+
+    Maintained by the same triggers as ``TermStatistic``.
+    """
+
+    tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="+")
+    chunk_count = models.BigIntegerField(default=0)
+    term_count = models.BigIntegerField(default=0)
+
+    objects = TenantScopedQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(chunk_count__gte=0) & Q(term_count__gte=0), name="corpusstat_counts_not_negative"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id}: {self.chunk_count} chunks"

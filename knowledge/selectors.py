@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from django.db.models import Count, Prefetch, QuerySet
+from django.db.models import Count, OuterRef, Prefetch, QuerySet, Subquery
 
 from knowledge.errors import NotFound, PermissionDenied
-from knowledge.models import Document, DocumentVersion, Membership, Tenant
+from knowledge.models import Chunk, Document, DocumentVersion, IngestionJob, Membership, Tenant
 
 
 def membership_for_user(user) -> Membership:
@@ -22,8 +22,14 @@ def tenant_for_user(user) -> Tenant:
 
 
 def document_list(*, tenant: Tenant, source_name: str | None = None) -> QuerySet[Document]:
-    """The tenant's documents, newest first, with their source and chunk count of the current version."""
-    documents = Document.objects.for_tenant(tenant).select_related("source").order_by("-updated_at", "-id")
+    """The tenant's documents, newest first, with their source and ``current_version`` (number)."""
+    current = DocumentVersion.objects.filter(document=OuterRef("pk"), is_current=True).values("number")[:1]
+    documents = (
+        Document.objects.for_tenant(tenant)
+        .select_related("source")
+        .annotate(current_version=Subquery(current))
+        .order_by("-updated_at", "-id")
+    )
     if source_name:
         documents = documents.filter(source__name=source_name)
     return documents
@@ -42,3 +48,16 @@ def document_get(*, tenant: Tenant, document_id: int) -> Document:
     if document is None:
         raise NotFound(f"Document {document_id} not found.")
     return document
+
+
+def ingestion_job_get(*, tenant: Tenant, job_id: int) -> IngestionJob:
+    """One of the tenant's ingestion jobs; ``NotFound`` otherwise."""
+    job = IngestionJob.objects.for_tenant(tenant).select_related("source").filter(pk=job_id).first()
+    if job is None:
+        raise NotFound(f"Job {job_id} not found.")
+    return job
+
+
+def chunk_list_for_version(*, tenant: Tenant, version_id: int) -> QuerySet[Chunk]:
+    """The tenant's chunks of one version in reading order (empty for another tenant's version)."""
+    return Chunk.objects.for_tenant(tenant).filter(version_id=version_id).order_by("ordinal").defer("embedding")

@@ -19,6 +19,7 @@ import hashlib
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from fnmatch import fnmatch
 from pathlib import Path
 
 import numpy as np
@@ -60,33 +61,23 @@ def tenant_create(*, slug: str, name: str = "", embedder: str | None = None) -> 
     try:
         validate_slug(slug)
     except Exception as exc:
-        raise InvalidInput(
-            f"{slug!r} is not a valid slug (letters, digits, - and _)."
-        ) from exc
+        raise InvalidInput(f"{slug!r} is not a valid slug (letters, digits, - and _).") from exc
     if Tenant.objects.filter(slug=slug).exists():
         raise InvalidInput(f"Tenant {slug!r} already exists.", code="tenant_exists")
-    return Tenant.objects.create(
-        slug=slug, name=name or slug, embedder=embedder or settings.KB_EMBEDDER
-    )
+    return Tenant.objects.create(slug=slug, name=name or slug, embedder=embedder or settings.KB_EMBEDDER)
 
 
-def membership_create(
-    *, tenant: Tenant, username: str, password: str, role: str, staff: bool = False
-):
+def membership_create(*, tenant: Tenant, username: str, password: str, role: str, staff: bool = False):
     """Create (or update) a user with a role in ``tenant``. Returns the user."""
     if role not in Membership.Role.values:
-        raise InvalidInput(
-            f"Unknown role {role!r}; use one of {', '.join(Membership.Role.values)}."
-        )
+        raise InvalidInput(f"Unknown role {role!r}; use one of {', '.join(Membership.Role.values)}.")
     User = get_user_model()
     with transaction.atomic():
         user, _ = User.objects.get_or_create(username=username)
         user.set_password(password)
         user.is_staff = staff
         user.save()
-        Membership.objects.update_or_create(
-            user=user, defaults={"tenant": tenant, "role": role}
-        )
+        Membership.objects.update_or_create(user=user, defaults={"tenant": tenant, "role": role})
     return user
 
 
@@ -105,9 +96,7 @@ def source_get_or_create(
         raise InvalidInput("reliability must be in [0, 1].")
     if half_life_days is not None and half_life_days <= 0:
         raise InvalidInput("half_life_days must be positive.")
-    source, created = Source.objects.get_or_create(
-        tenant=tenant, name=name, defaults={"kind": kind}
-    )
+    source, created = Source.objects.get_or_create(tenant=tenant, name=name, defaults={"kind": kind})
     updates = {
         k: v
         for k, v in {
@@ -150,9 +139,7 @@ class IngestReport:
         counts = {"created": 0, "updated": 0, "unchanged": 0, "duplicate": 0}
         for outcome in self.outcomes:
             counts[outcome.status] += 1
-        counts["chunks"] = sum(
-            o.chunks for o in self.outcomes if o.status in ("created", "updated")
-        )
+        counts["chunks"] = sum(o.chunks for o in self.outcomes if o.status in ("created", "updated"))
         return counts
 
     def as_dict(self) -> dict:
@@ -173,23 +160,15 @@ class _Prepared:
     status: str = "pending"  # unchanged | duplicate | new
 
 
-def _current_hashes(
-    tenant: Tenant, prepared: list[_Prepared]
-) -> tuple[dict[str, str], dict[str, int]]:
+def _current_hashes(tenant: Tenant, prepared: list[_Prepared]) -> tuple[dict[str, str], dict[str, int]]:
     """(external_id -> current hash of that document, hash -> a current version id in the tenant)."""
     external_ids = [p.read.external_id for p in prepared]
     hashes = {p.hash for p in prepared}
     current = DocumentVersion.objects.for_tenant(tenant).filter(is_current=True)
     by_document = dict(
-        current.filter(document__external_id__in=external_ids).values_list(
-            "document__external_id", "content_hash"
-        )
+        current.filter(document__external_id__in=external_ids).values_list("document__external_id", "content_hash")
     )
-    by_hash = dict(
-        current.filter(content_hash__in=hashes, duplicate_of__isnull=True).values_list(
-            "content_hash", "id"
-        )
-    )
+    by_hash = dict(current.filter(content_hash__in=hashes, duplicate_of__isnull=True).values_list("content_hash", "id"))
     return by_document, by_hash
 
 
@@ -247,25 +226,17 @@ def documents_ingest(
             source=source,
             item=item,
             embedder_key=embedder_key,
-            duplicate_version_id=stored_by_hash.get(item.hash)
-            if item.status == "duplicate"
-            else None,
+            duplicate_version_id=stored_by_hash.get(item.hash) if item.status == "duplicate" else None,
         )
         if outcome.status in ("created", "updated"):
-            stored_by_hash.setdefault(
-                item.hash, _current_version_id(outcome.document_id)
-            )
+            stored_by_hash.setdefault(item.hash, _current_version_id(outcome.document_id))
         report.outcomes.append(outcome)
     report.total_seconds = time.perf_counter() - started
     return report
 
 
 def _current_version_id(document_id: int) -> int:
-    return (
-        DocumentVersion.objects.filter(document_id=document_id, is_current=True)
-        .values_list("id", flat=True)
-        .get()
-    )
+    return DocumentVersion.objects.filter(document_id=document_id, is_current=True).values_list("id", flat=True).get()
 
 
 def _embedding_input(span: Span) -> str:
@@ -299,9 +270,7 @@ def _embed_all(items: list[_Prepared], embedder: Embedder, *, progress: bool) ->
         position += len(item.spans)
 
 
-def _chunks_create(
-    version: DocumentVersion, spans: list[Span], vectors: np.ndarray, embedder_key: str
-) -> list[Chunk]:
+def _chunks_create(version: DocumentVersion, spans: list[Span], vectors: np.ndarray, embedder_key: str) -> list[Chunk]:
     """Insert the chunks of ``version`` (call inside the version's transaction)."""
     return Chunk.objects.bulk_create(
         (
@@ -355,18 +324,14 @@ def _store(
                 current.duplicate_of_id,
             )
         if item.status == "new" and not item.spans:
-            raise InvalidInput(
-                f"{read.external_id}: no text to index.", code="empty_file"
-            )
+            raise InvalidInput(f"{read.external_id}: no text to index.", code="empty_file")
         document.source = source
         document.title, document.uri, document.metadata = (
             read.title,
             read.uri,
             read.metadata,
         )
-        document.save(
-            update_fields=["source", "title", "uri", "metadata", "updated_at"]
-        )
+        document.save(update_fields=["source", "title", "uri", "metadata", "updated_at"])
         number = (current.number + 1) if current else 1
         if current is not None:
             current.chunks.all().delete()
@@ -388,15 +353,17 @@ def _store(
         status = "duplicate"
     else:
         status = "updated" if current is not None else "created"
-    return IngestOutcome(
-        read.external_id, status, document.pk, number, len(chunks), duplicate_version_id
-    )
+    return IngestOutcome(read.external_id, status, document.pk, number, len(chunks), duplicate_version_id)
 
 
-def collect_files(paths: Iterable[Path], *, root: Path | None = None) -> list[tuple[Path, Path]]:
+def collect_files(
+    paths: Iterable[Path], *, root: Path | None = None, exclude: Iterable[str] = ()
+) -> list[tuple[Path, Path]]:
     """Expand files and folders into ``(file, root)`` pairs of supported files, sorted.
 
     ``root`` (ids are relative to it) defaults to the folder given or the file's parent.
+    Inside folders, hidden files and folders and paths matching an ``exclude`` glob (matched
+    against the path relative to the folder, e.g. ``*/_images/*``) are skipped.
     Raises ``InvalidInput`` for a missing path, a path outside ``root`` or a folder with no
     supported file.
     """
@@ -408,12 +375,13 @@ def collect_files(paths: Iterable[Path], *, root: Path | None = None) -> list[tu
             files = sorted(
                 p
                 for p in path.rglob("*")
-                if p.is_file() and p.suffix.lower() in SUPPORTED_EXTENSIONS
+                if p.is_file()
+                and p.suffix.lower() in SUPPORTED_EXTENSIONS
+                and not any(part.startswith(".") for part in p.relative_to(path).parts)
+                and not any(fnmatch(str(p.relative_to(path)), pattern) for pattern in exclude)
             )
             if not files:
-                raise InvalidInput(
-                    f"{path}: no supported files ({', '.join(SUPPORTED_EXTENSIONS)})."
-                )
+                raise InvalidInput(f"{path}: no supported files ({', '.join(SUPPORTED_EXTENSIONS)}).")
             found.extend((f.resolve(), (root or path).resolve()) for f in files)
         elif path.is_file():
             found.append((path.resolve(), (root or path.parent).resolve()))
@@ -430,6 +398,7 @@ def paths_ingest(
     fmt: str | None = None,
     uri_prefix: str = "",
     root: Path | None = None,
+    exclude: Iterable[str] = (),
     splitter: Splitter | None = None,
     progress: bool = False,
 ) -> IngestReport:
@@ -442,7 +411,7 @@ def paths_ingest(
     whole call with ``InvalidInput``/``UnsupportedFileType`` and stores nothing.
     """
     documents: list[ReadDocument] = []
-    for file, base in collect_files(paths, root=root):
+    for file, base in collect_files(paths, root=root, exclude=exclude):
         documents.extend(read_path(file, root=base, uri_prefix=uri_prefix, fmt=fmt))
     return documents_ingest(
         tenant=tenant,
@@ -455,9 +424,9 @@ def paths_ingest(
 
 def ingestion_job_run(*, job_id: int) -> IngestionJob:
     """Run a pending ``IngestionJob``: ingest its stored file, record the result or the error."""
-    claimed = IngestionJob.objects.filter(
-        pk=job_id, status=IngestionJob.Status.PENDING
-    ).update(status=IngestionJob.Status.RUNNING)
+    claimed = IngestionJob.objects.filter(pk=job_id, status=IngestionJob.Status.PENDING).update(
+        status=IngestionJob.Status.RUNNING
+    )
     job = IngestionJob.objects.select_related("tenant", "source").get(pk=job_id)
     if not claimed:
         return job
@@ -471,9 +440,7 @@ def ingestion_job_run(*, job_id: int) -> IngestionJob:
                 document.external_id = job.file_name
             if options.get("title") and len(documents) == 1:
                 document.title = options["title"]
-        report = documents_ingest(
-            tenant=job.tenant, source=job.source, documents=documents
-        )
+        report = documents_ingest(tenant=job.tenant, source=job.source, documents=documents)
         job.status, job.result = IngestionJob.Status.DONE, report.as_dict()
     except Exception as exc:  # recorded on the job; the task does not retry bad input
         logger.exception("Ingestion job %s failed", job_id)
@@ -510,9 +477,7 @@ def document_delete(*, tenant: Tenant, document_id: int) -> None:
 
 def version_reindex(*, version_id: int, splitter: Splitter | None = None) -> int:
     """Rebuild the chunks of a current version from its stored text. Returns the chunk count."""
-    version = DocumentVersion.objects.select_related(
-        "document", "document__tenant"
-    ).get(pk=version_id)
+    version = DocumentVersion.objects.select_related("document", "document__tenant").get(pk=version_id)
     document = version.document
     tenant = document.tenant
     read = ReadDocument(
@@ -550,9 +515,7 @@ def _safe_file_name(file_name: str) -> str:
     return safe.stem[:150] + safe.suffix[:20]
 
 
-def upload_ingest(
-    *, tenant: Tenant, source_name: str, file_name: str, data: bytes, options: dict
-) -> IngestionJob:
+def upload_ingest(*, tenant: Tenant, source_name: str, file_name: str, data: bytes, options: dict) -> IngestionJob:
     """Validate an uploaded file, store it and queue its ingestion. Returns the ``IngestionJob``.
 
     ``options`` may hold ``format`` (a reader, e.g. "rst"), ``external_id`` and ``title``.
@@ -569,9 +532,7 @@ def upload_ingest(
     from knowledge.ingestion.readers import read_bytes
 
     if len(data) > settings.KB_MAX_UPLOAD_BYTES:
-        raise PayloadTooLarge(
-            f"{file_name}: the file is larger than {settings.KB_MAX_UPLOAD_BYTES} bytes."
-        )
+        raise PayloadTooLarge(f"{file_name}: the file is larger than {settings.KB_MAX_UPLOAD_BYTES} bytes.")
     if not source_name.strip():
         raise InvalidInput("A source needs a name.")
     options = {k: v for k, v in options.items() if v not in (None, "")}
@@ -583,9 +544,7 @@ def upload_ingest(
     stored.write_bytes(data)
     try:
         with transaction.atomic():
-            source = source_get_or_create(
-                tenant=tenant, name=source_name, kind=Source.Kind.UPLOAD
-            )
+            source = source_get_or_create(tenant=tenant, name=source_name, kind=Source.Kind.UPLOAD)
             job = IngestionJob.objects.create(
                 tenant=tenant,
                 source=source,

@@ -20,8 +20,7 @@ from django.utils.safestring import SafeString
 from django.views.decorators.http import require_GET, require_http_methods
 
 from knowledge.errors import ApplicationError, NotFound, PermissionDenied
-from knowledge.models import Chunk
-from knowledge.selectors import document_get, tenant_for_user
+from knowledge.selectors import chunk_list_for_version, document_get, tenant_for_user
 from retrieval.answers import question_answer
 
 # Same pattern as the one ``retrieval.answers`` writes citations with: "[n]".
@@ -101,7 +100,7 @@ def document_detail(request, tenant, document_id: int):
     version = _chosen_version(versions, request.GET.get("version", ""))
     if version is None:
         raise Http404("No such version.")
-    chunks = Chunk.objects.for_tenant(tenant).filter(version_id=version.pk).order_by("ordinal")
+    chunks = chunk_list_for_version(tenant=tenant, version_id=version.pk)
     return render(
         request,
         "portal/document.html",

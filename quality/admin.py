@@ -58,7 +58,7 @@ class JudgmentListAdmin(TenantScopedAdmin):
 
 def _metric(name: str):
     @admin.display(description=name)
-    def show(obj: EvaluationRun):
+    def show(self, obj: EvaluationRun):
         return obj.metrics.get(name, "")
 
     return show
@@ -81,7 +81,14 @@ class EvaluationRunAdmin(TenantScopedAdmin):
     )
     list_filter = ("dataset", "mode")
     readonly_fields = (
-        "judgment_list", "tenant", "dataset", "mode", "config", "metrics", "per_query", "created_at",
+        "judgment_list",
+        "tenant",
+        "dataset",
+        "mode",
+        "config",
+        "metrics",
+        "per_query",
+        "created_at",
     )
     actions = ["compare_runs"]
 

@@ -153,9 +153,7 @@ def load_bioasq(path: Path | str | Iterable[Path | str]) -> Dataset:
                 if pmid not in relevant:
                     relevant.append(pmid)
             if relevant:
-                judgments.append(
-                    JudgedQuery(query_id, body, [{"document": p, "grade": 1} for p in relevant])
-                )
+                judgments.append(JudgedQuery(query_id, body, [{"document": p, "grade": 1} for p in relevant]))
     _unique_query_ids(judgments, "BioASQ")
     documents = [
         ReadDocument(
@@ -202,11 +200,7 @@ def load_hotpotqa(path: Path | str | Iterable[Path | str]) -> Dataset:
             if not isinstance(context, dict) or not isinstance(facts, dict):
                 raise _malformed(where, "'context' and 'supporting_facts' must be objects.")
             titles, paragraphs = context.get("title"), context.get("sentences")
-            if (
-                not isinstance(titles, list)
-                or not isinstance(paragraphs, list)
-                or len(titles) != len(paragraphs)
-            ):
+            if not isinstance(titles, list) or not isinstance(paragraphs, list) or len(titles) != len(paragraphs):
                 raise _malformed(where, "context needs equally long 'title' and 'sentences' lists.")
             for title, sentences in zip(titles, paragraphs, strict=True):
                 title = _string(title, where, "context.title[]")
@@ -222,9 +216,7 @@ def load_hotpotqa(path: Path | str | Iterable[Path | str]) -> Dataset:
             if not isinstance(supporting, list) or not supporting:
                 raise _malformed(where, "supporting_facts.title must be a non-empty list.")
             relevant = list(dict.fromkeys(_string(t, where, "supporting_facts.title[]") for t in supporting))
-            judgments.append(
-                JudgedQuery(f"q{number}", question, [{"document": t, "grade": 1} for t in relevant])
-            )
+            judgments.append(JudgedQuery(f"q{number}", question, [{"document": t, "grade": 1} for t in relevant]))
     return Dataset("hotpotqa", list(documents.values()), judgments, splitter="max_tokens")
 
 
@@ -300,8 +292,7 @@ def _beir_qrels_file(folder: Path, split: str) -> Path:
     candidates = candidates or sorted(folder.glob("*.tsv"))
     if len(candidates) != 1:
         raise InvalidInput(
-            f"{folder}: expected qrels/{split}.tsv or exactly one qrels .tsv file, found "
-            f"{len(candidates)}.",
+            f"{folder}: expected qrels/{split}.tsv or exactly one qrels .tsv file, found {len(candidates)}.",
             code="not_found" if not candidates else "malformed_dataset",
         )
     return candidates[0]
@@ -330,9 +321,7 @@ def load_beir(folder: Path | str, *, split: str = "test") -> Dataset:
             raise _malformed(where, f"duplicate _id {doc_id!r}.")
         body = normalize_text(text) or normalize_text(title)
         if body:
-            documents[str(doc_id)] = ReadDocument(
-                external_id=str(doc_id), title=title.strip()[:500], text=body
-            )
+            documents[str(doc_id)] = ReadDocument(external_id=str(doc_id), title=title.strip()[:500], text=body)
     queries: dict[str, str] = {}
     for number, row in enumerate(_jsonl(queries_file), start=1):
         where = f"{queries_file}, line {number}"

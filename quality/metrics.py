@@ -114,9 +114,7 @@ def query_metrics(ranking: Sequence[str], relevance: Mapping[str, float]) -> dic
     }
 
 
-def metrics_aggregate(
-    per_query: Sequence[Mapping[str, float]], latencies_ms: Sequence[float]
-) -> dict[str, float]:
+def metrics_aggregate(per_query: Sequence[Mapping[str, float]], latencies_ms: Sequence[float]) -> dict[str, float]:
     """Mean of each per-query metric, p50/p95 of the latencies (ms) and the query count."""
     names = list(per_query[0]) if per_query else list(query_metrics([], {}))
     aggregated = {name: mean([m[name] for m in per_query]) for name in names}

@@ -31,29 +31,21 @@ class JudgmentList(models.Model):
         BEIR = "beir", "BEIR"
         MANUAL = "manual", "Manual"
 
-    tenant = models.ForeignKey(
-        Tenant, on_delete=models.CASCADE, related_name="judgment_lists"
-    )
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="judgment_lists")
     name = models.CharField(max_length=200)
-    origin = models.CharField(
-        max_length=20, choices=Origin.choices, default=Origin.MANUAL
-    )
+    origin = models.CharField(max_length=20, choices=Origin.choices, default=Origin.MANUAL)
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = JudgmentListQuerySet.as_manager()
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(
-                fields=["tenant", "name"], name="judgmentlist_unique_name_per_tenant"
-            ),
+            models.UniqueConstraint(fields=["tenant", "name"], name="judgmentlist_unique_name_per_tenant"),
             models.CheckConstraint(
                 condition=Q(origin__in=["bioasq", "hotpotqa", "rag4p", "beir", "manual"]),
                 name="judgmentlist_origin_known",
             ),
-            models.CheckConstraint(
-                condition=~Q(name=""), name="judgmentlist_name_not_empty"
-            ),
+            models.CheckConstraint(condition=~Q(name=""), name="judgmentlist_name_not_empty"),
         ]
 
     def __str__(self) -> str:
@@ -68,9 +60,7 @@ class Judgment(models.Model):
     relevant when it contains ``text``).
     """
 
-    judgment_list = models.ForeignKey(
-        JudgmentList, on_delete=models.CASCADE, related_name="judgments"
-    )
+    judgment_list = models.ForeignKey(JudgmentList, on_delete=models.CASCADE, related_name="judgments")
     query_id = models.CharField(max_length=200)
     question = models.TextField()
     relevant = models.JSONField(default=list)
@@ -83,9 +73,7 @@ class Judgment(models.Model):
                 fields=["judgment_list", "query_id"],
                 name="judgment_unique_query_per_list",
             ),
-            models.CheckConstraint(
-                condition=~Q(question=""), name="judgment_question_not_empty"
-            ),
+            models.CheckConstraint(condition=~Q(question=""), name="judgment_question_not_empty"),
         ]
 
     def __str__(self) -> str:
@@ -101,7 +89,8 @@ class EvaluationRun(models.Model):
 
     ``config`` is the ``SearchConfig`` used (``dataclasses.asdict``) plus the splitter and
     embedder; ``metrics`` the means over queries and latency percentiles; ``per_query`` a list of
-    ``{"query_id", "question", "metrics": {...}, "top": [ids of the top 10]}``.
+    ``{"query_id", "question", "metrics": {...}, "latency_ms", "timings_ms": {...}, "top": [ids of
+    the top 10]}``.
     """
 
     judgment_list = models.ForeignKey(
@@ -136,13 +125,9 @@ class EvaluationRun(models.Model):
         ]
         indexes = [
             # Admin and reports list a dataset's runs, newest first, to compare them.
-            models.Index(
-                fields=["dataset", "-created_at"], name="evalrun_dataset_created_idx"
-            ),
+            models.Index(fields=["dataset", "-created_at"], name="evalrun_dataset_created_idx"),
             # Tenant-scoped run lists (non-superuser staff in the admin).
-            models.Index(
-                fields=["tenant", "-created_at"], name="evalrun_tenant_created_idx"
-            ),
+            models.Index(fields=["tenant", "-created_at"], name="evalrun_tenant_created_idx"),
         ]
 
     def __str__(self) -> str:

@@ -58,9 +58,7 @@ def _relevant_clean(relevant, *, query_id: str) -> list[dict]:
             item["text"] = entry["text"]
         cleaned.append(item)
     if len({"text" in item for item in cleaned}) > 1:
-        raise InvalidInput(
-            f"Judgment {query_id!r}: mixes chunk-level (text) and document-level entries."
-        )
+        raise InvalidInput(f"Judgment {query_id!r}: mixes chunk-level (text) and document-level entries.")
     return cleaned
 
 
@@ -79,9 +77,7 @@ def judgment_list_import(
     if not name.strip():
         raise InvalidInput("A judgment list needs a name.")
     if origin not in JudgmentList.Origin.values:
-        raise InvalidInput(
-            f"Unknown origin {origin!r}; use one of {', '.join(JudgmentList.Origin.values)}."
-        )
+        raise InvalidInput(f"Unknown origin {origin!r}; use one of {', '.join(JudgmentList.Origin.values)}.")
     rows: list[Judgment] = []
     seen: set[str] = set()
     for query_id, question, relevant in judgments:
@@ -204,6 +200,7 @@ def evaluation_run(
                 "question": judgment.question,
                 "metrics": {n: round(v, 6) for n, v in query_metrics(ranking, grades).items()},
                 "latency_ms": latency,
+                "timings_ms": response.timings_ms,
                 "top": top,
             }
         )
@@ -221,9 +218,7 @@ def evaluation_run(
     )
 
 
-def evaluation_compare(
-    *, run_a: EvaluationRun, run_b: EvaluationRun, metric: str = "ndcg@10"
-) -> dict:
+def evaluation_compare(*, run_a: EvaluationRun, run_b: EvaluationRun, metric: str = "ndcg@10") -> dict:
     """How ``run_b`` differs from ``run_a``: metric deltas (b - a) and per-query changes.
 
     Returns ``{"metric", "metrics": {name: {"a", "b", "delta"}}, "better": [...], "worse":

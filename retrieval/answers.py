@@ -96,9 +96,17 @@ def compose_context(passages: list[strategies.Passage], *, reverse_pack: bool) -
 
 
 def question_answer(
-    *, tenant: Tenant, question: str, k: int = 5, strategy: str = "window", window_size: int = 1,
-    reverse_pack: bool = True, chat_model: ChatModel | None = None, use_llm: bool = True,
-    source_ids: list[int] | None = None, config: SearchConfig | None = None,
+    *,
+    tenant: Tenant,
+    question: str,
+    k: int = 5,
+    strategy: str = "window",
+    window_size: int = 1,
+    reverse_pack: bool = True,
+    chat_model: ChatModel | None = None,
+    use_llm: bool = True,
+    source_ids: list[int] | None = None,
+    config: SearchConfig | None = None,
 ) -> Answer:
     """Answer ``question`` from the tenant's documents with numbered citations.
 
@@ -120,8 +128,9 @@ def question_answer(
     model = (chat_model or configured_chat_model()) if use_llm else None
     t = time.perf_counter()
     if not passages:
-        answer = Answer(question=question.strip(), text=NOT_FOUND, mode="llm" if model else "extractive",
-                        citations=[], found=False)
+        answer = Answer(
+            question=question.strip(), text=NOT_FOUND, mode="llm" if model else "extractive", citations=[], found=False
+        )
     elif model is not None:
         answer = _llm_answer(question.strip(), passages, model, reverse_pack=reverse_pack)
     else:
@@ -146,22 +155,32 @@ def _llm_answer(question: str, passages: list[strategies.Passage], model: ChatMo
     context = compose_context(passages, reverse_pack=reverse_pack)
     messages = [
         {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": f"Context passages:\n\n{context}\n\nQuestion: {question}\n\nAnswer with citations:"},
+        {
+            "role": "user",
+            "content": f"Context passages:\n\n{context}\n\nQuestion: {question}\n\nAnswer with citations:",
+        },
     ]
     text = model.complete(messages)
     numbers = cited_numbers(text, limit=len(passages))
     found = NOT_FOUND.lower().rstrip(".") not in text.lower()
     # Drop citations outside the context so every [n] in the text resolves.
     text = _CITATION.sub(lambda m: m.group(0) if 1 <= int(m.group(1)) <= len(passages) else "", text)
-    return Answer(question=question, text=text, mode="llm", found=found,
-                  citations=[Citation(n=n, passage=passages[n - 1]) for n in numbers])
+    return Answer(
+        question=question,
+        text=text,
+        mode="llm",
+        found=found,
+        citations=[Citation(n=n, passage=passages[n - 1]) for n in numbers],
+    )
 
 
 def _terms(text: str) -> set[str]:
     return {w for w in _WORD.findall(text.lower()) if w not in _STOP and len(w) > 1}
 
 
-def _extractive_answer(tenant: Tenant, question: str, passages: list[strategies.Passage], *, sentences: int = 3) -> Answer:
+def _extractive_answer(
+    tenant: Tenant, question: str, passages: list[strategies.Passage], *, sentences: int = 3
+) -> Answer:
     """Pick the context sentences most similar to the question; cite each with its passage."""
     candidates: list[tuple[int, str]] = []
     for n, passage in enumerate(passages, start=1):
@@ -191,5 +210,9 @@ def _extractive_answer(tenant: Tenant, question: str, passages: list[strategies.
     text = "Extractive answer (no LLM configured); the most relevant passages say:\n" + "\n".join(
         f"- {line}" for line in lines
     )
-    return Answer(question=question, text=text, mode="extractive",
-                  citations=[Citation(n=n, passage=passages[n - 1]) for n in sorted(used)])
+    return Answer(
+        question=question,
+        text=text,
+        mode="extractive",
+        citations=[Citation(n=n, passage=passages[n - 1]) for n in sorted(used)],
+    )

@@ -23,11 +23,7 @@ def _source_ids(tenant: Tenant, names: list[str]) -> list[int] | None:
     """
     if not names:
         return None
-    found = dict(
-        Source.objects.for_tenant(tenant)
-        .filter(name__in=names)
-        .values_list("name", "id")
-    )
+    found = dict(Source.objects.for_tenant(tenant).filter(name__in=names).values_list("name", "id"))
     missing = sorted(set(names) - set(found))
     if missing:
         raise InvalidInput(f"Unknown source(s): {', '.join(missing)}.", code="unknown_source")
@@ -48,9 +44,7 @@ class SearchApi(APIView):
         query = serializers.CharField(max_length=MAX_QUERY_CHARS)
         k = serializers.IntegerField(min_value=1, max_value=50, default=10)
         mode = serializers.ChoiceField(choices=MODES, default="hybrid")
-        sources = serializers.ListField(
-            child=serializers.CharField(max_length=200), required=False, default=list
-        )
+        sources = serializers.ListField(child=serializers.CharField(max_length=200), required=False, default=list)
 
     @extend_schema_serializer(component_name="SearchOutput")
     class OutputSerializer(serializers.Serializer):
@@ -106,12 +100,8 @@ class AskApi(APIView):
         strategy = serializers.ChoiceField(choices=("top_n", "window"), default="window")
         window = serializers.IntegerField(min_value=0, max_value=10, default=1)
         reverse_pack = serializers.BooleanField(default=True)
-        extractive = serializers.BooleanField(
-            default=False, help_text="Answer by quoting sentences, without the LLM."
-        )
-        sources = serializers.ListField(
-            child=serializers.CharField(max_length=200), required=False, default=list
-        )
+        extractive = serializers.BooleanField(default=False, help_text="Answer by quoting sentences, without the LLM.")
+        sources = serializers.ListField(child=serializers.CharField(max_length=200), required=False, default=list)
 
     @extend_schema_serializer(component_name="AskOutput")
     class OutputSerializer(serializers.Serializer):

@@ -26,8 +26,23 @@ def local_llm_model_path(data_dir: Path) -> Path:
 def local_llm_command(model_path: Path, *, port: int, host: str = "127.0.0.1") -> list[str]:
     """The command line that serves ``model_path`` at ``http://host:port/v1``."""
     return [
-        sys.executable, "-m", "llama_cpp.server", "--model", str(model_path), "--model_alias", MODEL_ALIAS,
-        "--host", host, "--port", str(port), "--n_ctx", "8192", "--n_threads", "2", "--verbose", "False",
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(model_path),
+        "--model_alias",
+        MODEL_ALIAS,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--n_ctx",
+        "8192",
+        "--n_threads",
+        "2",
+        "--verbose",
+        "False",
     ]
 
 
@@ -35,7 +50,8 @@ def local_llm_start(data_dir: Path, *, port: int, timeout_s: float = 120) -> sub
     """Start the server and wait until ``/v1/models`` answers; ``TimeoutError`` otherwise."""
     process = subprocess.Popen(
         local_llm_command(local_llm_model_path(data_dir), port=port),
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

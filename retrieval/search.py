@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -35,9 +36,11 @@ class SearchConfig:
     lexical_weight: float = 0.3
     candidates: int = 100
     ef_search: int = 100
+    bm25_k1: float = 1.2
+    bm25_b: float = 0.75
 
     @classmethod
-    def for_tenant(cls, tenant: Tenant, **overrides) -> "SearchConfig":
+    def for_tenant(cls, tenant: Tenant, **overrides) -> SearchConfig:
         values = {"fusion": settings.KB_FUSION, **(tenant.retrieval_config or {}), **overrides}
         known = {k: v for k, v in values.items() if k in cls.__dataclass_fields__ and v is not None}
         config = cls(**known)
@@ -85,12 +88,6 @@ class SearchResponse:
     config: SearchConfig
 
 
-def _tsquery_sql() -> str:
-    # plainto_tsquery stems and drops stop words with the English configuration; its terms are
-    # then OR-ed (the seed's "OR expansion"), so a chunk need not contain every query word.
-    return "to_tsquery('simple', replace(plainto_tsquery('english', %s)::text, ' & ', ' | '))"
-
-
 def _source_filter(tenant: Tenant, source_ids: list[int] | None) -> tuple[str, list]:
     """SQL (and params) keeping only chunks of documents in ``source_ids``; empty when none given."""
     if not source_ids:
@@ -102,23 +99,42 @@ def _source_filter(tenant: Tenant, source_ids: list[int] | None) -> tuple[str, l
     )
 
 
-def lexical_candidates(*, tenant: Tenant, query: str, limit: int, source_ids: list[int] | None = None):
-    """Chunk ids and ``ts_rank`` scores of the tenant's chunks matching any query term, best first."""
-    source_sql, source_params = _source_filter(tenant, source_ids)
-    sql = (
-        f"SELECT c.id, ts_rank(c.search_vector, q, 1) AS score FROM knowledge_chunk c, {_tsquery_sql()} q"
-        f" WHERE c.tenant_id = %s AND c.search_vector @@ q{source_sql}"
-        " ORDER BY score DESC, c.id LIMIT %s"
-    )
-    params = [query, tenant.pk, *source_params, limit]
+# Okapi BM25 (Robertson & Zaragoza 2009, "The Probabilistic Relevance Framework") with Lucene's
+# non-negative IDF, ln(1 + (N - df + 0.5) / (df + 0.5)), computed exactly inside PostgreSQL:
+# term frequencies and chunk lengths are generated columns of knowledge_chunk; N, df and the
+# average length come from trigger-maintained statistics (knowledge/bm25.sql). Candidates are the
+# chunks whose tsvector matches any query lexeme (GIN index); each is scored over those lexemes.
+_BM25_SQL = (Path(__file__).resolve().parent / "bm25_search.sql").read_text()
+
+
+def lexical_candidates(
+    *,
+    tenant: Tenant,
+    query: str,
+    limit: int,
+    source_ids: list[int] | None = None,
+    k1: float = 1.2,
+    b: float = 0.75,
+) -> list[tuple[int, float]]:
+    """Chunk ids and BM25 scores of the tenant's chunks sharing a lexeme with ``query``, best first.
+
+    Lexemes come from PostgreSQL's English configuration (Snowball stemming, stop words removed).
+    ``k1`` (term-frequency saturation) and ``b`` (length normalization) are BM25's parameters.
+    """
+    source_filter = ""
+    params: dict = {"query": query, "tenant": tenant.pk, "k1": float(k1), "b": float(b), "limit": limit}
+    if source_ids:
+        source_filter = (
+            "AND c.version_id IN (SELECT v.id FROM knowledge_documentversion v JOIN knowledge_document d"
+            " ON d.id = v.document_id WHERE d.tenant_id = %(tenant)s AND d.source_id = ANY(%(sources)s))"
+        )
+        params["sources"] = list(source_ids)
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(_BM25_SQL.format(source_filter=source_filter), params)
         return [(row[0], float(row[1])) for row in cursor.fetchall()]
 
 
-def dense_candidates(
-    *, tenant: Tenant, vector, limit: int, source_ids: list[int] | None = None, ef_search: int = 100
-):
+def dense_candidates(*, tenant: Tenant, vector, limit: int, source_ids: list[int] | None = None, ef_search: int = 100):
     """Chunk ids and cosine similarities of the tenant's nearest chunks (HNSW), best first."""
     dims = len(vector)
     literal = "[" + ",".join(f"{x:.7g}" for x in vector) + "]"
@@ -141,8 +157,13 @@ def dense_candidates(
 
 
 def chunk_search(
-    *, tenant: Tenant, query: str, k: int = 10, mode: str = "hybrid",
-    source_ids: list[int] | None = None, config: SearchConfig | None = None,
+    *,
+    tenant: Tenant,
+    query: str,
+    k: int = 10,
+    mode: str = "hybrid",
+    source_ids: list[int] | None = None,
+    config: SearchConfig | None = None,
 ) -> SearchResponse:
     """Search the tenant's chunks; return the top ``k`` with component scores and timings (ms).
 
@@ -166,7 +187,9 @@ def chunk_search(
 
     if mode in ("hybrid", "lexical"):
         t = time.perf_counter()
-        lists["lexical"] = lexical_candidates(tenant=tenant, query=query, limit=limit, source_ids=source_ids)
+        lists["lexical"] = lexical_candidates(
+            tenant=tenant, query=query, limit=limit, source_ids=source_ids, k1=config.bm25_k1, b=config.bm25_b
+        )
         timings["lexical_ms"] = (time.perf_counter() - t) * 1000
     if mode in ("hybrid", "dense"):
         t = time.perf_counter()
@@ -191,17 +214,20 @@ def chunk_search(
     t = time.perf_counter()
     chunks = Chunk.objects.for_tenant(tenant).select_related("version__document__source").in_bulk([i for i, _ in top])
     timings["fetch_ms"] = (time.perf_counter() - t) * 1000
-    positions = {name: {item: (rank, score) for rank, (item, score) in enumerate(ranking, 1)}
-                 for name, ranking in lists.items()}
+    positions = {
+        name: {item: (rank, score) for rank, (item, score) in enumerate(ranking, 1)} for name, ranking in lists.items()
+    }
     results = []
     for item, score in top:
         if item not in chunks:
             continue
         components = {
             name: {"rank": positions[name][item][0], "score": round(positions[name][item][1], 6)}
-            for name in lists if item in positions[name]
+            for name in lists
+            if item in positions[name]
         }
         results.append(SearchResult(chunk=chunks[item], score=score, rank=len(results) + 1, components=components))
     timings["total_ms"] = (time.perf_counter() - started) * 1000
-    return SearchResponse(results=results, timings_ms={k_: round(v, 2) for k_, v in timings.items()},
-                          mode=mode, config=config)
+    return SearchResponse(
+        results=results, timings_ms={k_: round(v, 2) for k_, v in timings.items()}, mode=mode, config=config
+    )

@@ -66,7 +66,9 @@ def window(tenant: Tenant, results: list[SearchResult], *, n: int, size: int = 1
     spans: dict[int, list[tuple[int, int, Passage]]] = {}
     for r in chosen:
         version = r.chunk.version
-        ordinals = [o for o in range(r.chunk.ordinal - size, r.chunk.ordinal + size + 1) if (version.pk, o) in neighbours]
+        ordinals = [
+            o for o in range(r.chunk.ordinal - size, r.chunk.ordinal + size + 1) if (version.pk, o) in neighbours
+        ]
         lo, hi = min(ordinals), max(ordinals)
         merged = next((p for a, b, p in spans.get(version.pk, []) if lo <= b + 1 and hi >= a - 1), None)
         if merged is not None:
@@ -75,8 +77,9 @@ def window(tenant: Tenant, results: list[SearchResult], *, n: int, size: int = 1
             merged.text = _cut(version, neighbours, lo, hi)
             spans[version.pk] = [(a, b, p) for a, b, p in spans[version.pk] if p is not merged] + [(lo, hi, merged)]
             continue
-        passage = Passage(anchor=r.chunk, text=_cut(version, neighbours, lo, hi), score=r.score,
-                          chunks=list(range(lo, hi + 1)))
+        passage = Passage(
+            anchor=r.chunk, text=_cut(version, neighbours, lo, hi), score=r.score, chunks=list(range(lo, hi + 1))
+        )
         spans.setdefault(version.pk, []).append((lo, hi, passage))
         passages.append(passage)
     return passages

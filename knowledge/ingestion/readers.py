@@ -72,9 +72,7 @@ def decode_text(data: bytes, *, name: str) -> str:
     if not data.strip():
         raise InvalidInput(f"{name}: the file is empty.", code="empty_file")
     if b"\x00" in data[:8192]:
-        raise InvalidInput(
-            f"{name}: looks like a binary file, not text.", code="binary_file"
-        )
+        raise InvalidInput(f"{name}: looks like a binary file, not text.", code="binary_file")
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -92,12 +90,16 @@ def read_bytes(
     uri: str = "",
     fmt: str | None = None,
 ) -> list[ReadDocument]:
-    """Read the file ``name`` from ``data``; its extension, or ``fmt`` (e.g. "rst"), picks the reader.
+    """Read the file ``name`` from ``data``; its extension picks the reader.
+
+    ``fmt`` ("rst", "md" or "txt") says how to read ``.txt`` files (Django's docs are reST in .txt).
 
     Returns one ``ReadDocument`` per document (several for .jsonl). ``external_id`` defaults to
     ``name``. Raises ``UnsupportedFileType`` or ``InvalidInput``.
     """
-    suffix = f".{fmt.lstrip('.')}" if fmt else Path(name).suffix.lower()
+    suffix = Path(name).suffix.lower()
+    if fmt and suffix == ".txt":
+        suffix = f".{fmt.lstrip('.').lower()}"
     if suffix not in SUPPORTED_EXTENSIONS:
         raise UnsupportedFileType(
             f"{name}: unsupported file type {suffix or '(none)'}; supported: {', '.join(SUPPORTED_EXTENSIONS)}."
@@ -119,9 +121,7 @@ def read_bytes(
         docs = [reader(text, name=name, external_id=external_id, uri=uri)]
     for doc in docs:
         if not doc.text.strip():
-            raise InvalidInput(
-                f"{name}: no text could be extracted.", code="empty_file"
-            )
+            raise InvalidInput(f"{name}: no text could be extracted.", code="empty_file")
     return docs
 
 
@@ -134,19 +134,13 @@ def read_path(
 ) -> list[ReadDocument]:
     """Read a file from disk; its ``external_id`` is its path relative to ``root`` (without suffix).
 
-    ``uri_prefix`` + that relative path gives the URI (else the file path); ``fmt`` overrides
-    the reader chosen by extension (Django's docs are reST in .txt files).
+    ``uri_prefix`` + that relative path gives the URI (else the file path); ``fmt`` says how to
+    read ``.txt`` files (see ``read_bytes``).
     """
     relative = path.relative_to(root) if root else Path(path.name)
-    external_id = (
-        str(relative.with_suffix(""))
-        if path.suffix.lower() != ".jsonl"
-        else str(relative)
-    )
+    external_id = str(relative.with_suffix("")) if path.suffix.lower() != ".jsonl" else str(relative)
     uri = f"{uri_prefix}{relative.with_suffix('')}" if uri_prefix else str(path)
-    return read_bytes(
-        path.read_bytes(), name=path.name, external_id=external_id, uri=uri, fmt=fmt
-    )
+    return read_bytes(path.read_bytes(), name=path.name, external_id=external_id, uri=uri, fmt=fmt)
 
 
 def _title_from(text: str, fallback: str) -> str:
@@ -185,9 +179,7 @@ def _read_markdown(text: str, *, name: str, external_id: str, uri: str) -> ReadD
                 title = heading
             sections.append(Section(heading=heading, start=offset))
         offset += len(line) + 1
-    title = title or (
-        sections[0].heading if sections else _title_from(text, Path(name).stem)
-    )
+    title = title or (sections[0].heading if sections else _title_from(text, Path(name).stem))
     return ReadDocument(
         external_id=external_id,
         uri=uri,
@@ -241,12 +233,7 @@ def rst_to_text(text: str) -> tuple[str, list[tuple[str, int]]]:
             nxt = lines[i + 1] if i + 1 < len(lines) else ""
             if previous and not _RST_UNDERLINE.match(previous):
                 headings.append((previous, len(out) - 1))
-            elif (
-                not previous
-                and nxt.strip()
-                and i + 2 < len(lines)
-                and _RST_UNDERLINE.match(lines[i + 2])
-            ):
+            elif not previous and nxt.strip() and i + 2 < len(lines) and _RST_UNDERLINE.match(lines[i + 2]):
                 pass  # overline of an over-and-underlined title
             continue
         if _RST_TARGET.match(line):
@@ -257,11 +244,7 @@ def rst_to_text(text: str) -> tuple[str, list[tuple[str, int]]]:
             if name in _RST_COMMENT_DIRECTIVES:
                 skip_indented = True
                 continue
-            line = (
-                argument
-                if name not in ("code-block", "code", "sourcecode", "console")
-                else ""
-            )
+            line = argument if name not in ("code-block", "code", "sourcecode", "console") else ""
             if name.startswith(("version", "deprecated")):
                 line = f"{name.replace('versionadded', 'New in version').replace('versionchanged', 'Changed in version').replace('deprecated', 'Deprecated since version')} {argument}"
             if not line:
@@ -286,9 +269,7 @@ def _read_rst(text: str, *, name: str, external_id: str, uri: str) -> ReadDocume
         if position >= 0:
             sections.append(Section(heading=heading, start=position))
             cursor = position + len(heading)
-    title = (
-        sections[0].heading if sections else _title_from(normalized, Path(name).stem)
-    )
+    title = sections[0].heading if sections else _title_from(normalized, Path(name).stem)
     return ReadDocument(
         external_id=external_id,
         uri=uri,
@@ -318,9 +299,7 @@ def _read_html(text: str, *, name: str, external_id: str, uri: str) -> ReadDocum
     from bs4 import BeautifulSoup
 
     soup = BeautifulSoup(text, "html.parser")
-    for tag in soup(
-        ["script", "style", "noscript", "nav", "header", "footer", "template"]
-    ):
+    for tag in soup(["script", "style", "noscript", "nav", "header", "footer", "template"]):
         tag.decompose()
     title_tag = soup.find("title") or soup.find("h1")
     title = title_tag.get_text(" ", strip=True) if title_tag else ""
@@ -355,9 +334,7 @@ def _read_pdf(data: bytes, *, name: str, external_id: str, uri: str) -> ReadDocu
         pages = [page.extract_text() or "" for page in reader.pages]
         meta_title = (reader.metadata.title if reader.metadata else None) or ""
     except (PdfReadError, ValueError, KeyError, TypeError) as exc:
-        raise InvalidInput(
-            f"{name}: not a readable PDF ({exc}).", code="invalid_pdf"
-        ) from exc
+        raise InvalidInput(f"{name}: not a readable PDF ({exc}).", code="invalid_pdf") from exc
     text = normalize_text("\n\n".join(pages))
     return ReadDocument(
         external_id=external_id,
@@ -404,18 +381,14 @@ def _read_jsonl(text: str, *, name: str) -> list[ReadDocument]:
                 f"{name}, line {number}: expected a JSON object.",
                 code="malformed_jsonl",
             )
-        body = next(
-            (row[k] for k in _JSONL_TEXT_KEYS if isinstance(row.get(k), str)), None
-        )
+        body = next((row[k] for k in _JSONL_TEXT_KEYS if isinstance(row.get(k), str)), None)
         if body is None or not body.strip():
             raise InvalidInput(
                 f"{name}, line {number}: no non-empty 'text', 'body' or 'content' field.",
                 code="malformed_jsonl",
             )
         title = str(row.get("title") or "").strip()
-        external_id = str(
-            row.get("external_id") or row.get("id") or title or f"{name}#{number}"
-        )
+        external_id = str(row.get("external_id") or row.get("id") or title or f"{name}#{number}")
         if external_id in seen:
             raise InvalidInput(
                 f"{name}, line {number}: duplicate id {external_id!r}.",
@@ -429,9 +402,7 @@ def _read_jsonl(text: str, *, name: str) -> list[ReadDocument]:
                 uri=str(row.get("uri") or row.get("url") or ""),
                 title=(title or _title_from(normalized, external_id))[:500],
                 text=normalized,
-                published_at=_parse_when(
-                    row.get("published_at") or row.get("date"), name=name, number=number
-                ),
+                published_at=_parse_when(row.get("published_at") or row.get("date"), name=name, number=number),
                 metadata={k: v for k, v in row.items() if k not in _JSONL_RESERVED},
             )
         )
@@ -448,7 +419,5 @@ def _parse_when(value, *, name: str, number: int) -> datetime | None:
         day = parse_date(str(value))
         parsed = datetime(day.year, day.month, day.day) if day else None
     if parsed is None:
-        raise InvalidInput(
-            f"{name}, line {number}: unreadable date {value!r}.", code="malformed_jsonl"
-        )
+        raise InvalidInput(f"{name}, line {number}: unreadable date {value!r}.", code="malformed_jsonl")
     return parsed if parsed.tzinfo else make_aware(parsed)

@@ -57,9 +57,7 @@ def sentence_offsets(text: str) -> list[tuple[int, int]]:
         paragraph = text[position:end]
         if paragraph.strip():
             _, spans = blingfire.text_to_sentences_and_offsets(paragraph)
-            offsets.extend(
-                (position + a, position + b) for a, b in spans if paragraph[a:b].strip()
-            )
+            offsets.extend((position + a, position + b) for a, b in spans if paragraph[a:b].strip())
         position = match.end() if match else len(text)
     return offsets
 
@@ -100,10 +98,7 @@ class SentenceSplitter:
     def split(self, document: ReadDocument) -> list[Span]:
         sections = _Sections(document)
         text = document.text
-        return [
-            Span(text[a:b], a, b, count_tokens(text[a:b]), sections.heading(a))
-            for a, b in sentence_offsets(text)
-        ]
+        return [Span(text[a:b], a, b, count_tokens(text[a:b]), sections.heading(a)) for a, b in sentence_offsets(text)]
 
 
 class MaxTokenSplitter:
@@ -140,11 +135,7 @@ class MaxTokenSplitter:
                 piece = encoding.decode(tokens[i : i + self.max_tokens])
                 found = text.find(piece.strip()[:20], cursor) if piece.strip() else -1
                 start = found if found >= 0 else cursor
-                end = (
-                    min(b, start + len(piece.rstrip()))
-                    if i + self.max_tokens < len(tokens)
-                    else b
-                )
+                end = min(b, start + len(piece.rstrip())) if i + self.max_tokens < len(tokens) else b
                 if end > start:
                     units.append((start, end, len(tokens[i : i + self.max_tokens])))
                 cursor = max(cursor, end)
@@ -172,21 +163,14 @@ class MaxTokenSplitter:
             same_section = (
                 not current
                 or sections.index(unit[0]) == sections.index(current[0][0])
-                or sum(u[2] for u in current)
-                < self.min_tokens  # a lone heading joins what follows
+                or sum(u[2] for u in current) < self.min_tokens  # a lone heading joins what follows
             )
-            if current and (
-                not same_section
-                or sum(u[2] for u in current) + unit[2] > self.max_tokens
-            ):
+            if current and (not same_section or sum(u[2] for u in current) + unit[2] > self.max_tokens):
                 emit()
                 carried: list[tuple[int, int, int]] = []
                 if same_section:
                     for previous in reversed(current):
-                        if (
-                            sum(u[2] for u in carried) + previous[2]
-                            > self.overlap_tokens
-                        ):
+                        if sum(u[2] for u in carried) + previous[2] > self.overlap_tokens:
                             break
                         carried.insert(0, previous)
                     if sum(u[2] for u in carried) + unit[2] > self.max_tokens:
@@ -210,6 +194,4 @@ def get_splitter(name: str = "max_tokens", **options) -> Splitter:
     try:
         return SPLITTERS[name](**options)
     except KeyError:
-        raise ValueError(
-            f"Unknown splitter {name!r}; use one of {', '.join(SPLITTERS)}."
-        ) from None
+        raise ValueError(f"Unknown splitter {name!r}; use one of {', '.join(SPLITTERS)}.") from None

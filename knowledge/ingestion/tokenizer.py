@@ -23,9 +23,7 @@ def get_encoding(name: str = "cl100k_base") -> tiktoken.Encoding:
     Raises ``ValueError`` for a name other than ``cl100k_base`` or ``o200k_base``.
     """
     if name not in SUPPORTED:
-        raise ValueError(
-            f"Unknown encoding {name!r}; use one of {', '.join(SUPPORTED)}."
-        )
+        raise ValueError(f"Unknown encoding {name!r}; use one of {', '.join(SUPPORTED)}.")
     constructor = getattr(openai_public, name)
     original = openai_public.load_tiktoken_bpe
     openai_public.load_tiktoken_bpe = lambda *args, **kwargs: load_ranks(name)

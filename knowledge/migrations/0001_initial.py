@@ -125,9 +125,7 @@ class Migration(migrations.Migration):
                 ("text", models.TextField()),
                 (
                     "content_hash",
-                    models.CharField(
-                        help_text="SHA-256 of the normalized text, hex.", max_length=64
-                    ),
+                    models.CharField(help_text="SHA-256 of the normalized text, hex.", max_length=64),
                 ),
                 ("published_at", models.DateTimeField(blank=True, null=True)),
                 ("ingested_at", models.DateTimeField(auto_now_add=True)),
@@ -303,13 +301,9 @@ class Migration(migrations.Migration):
                     models.GeneratedField(
                         db_persist=True,
                         expression=django.contrib.postgres.search.CombinedSearchVector(
-                            django.contrib.postgres.search.SearchVector(
-                                "heading", config="english", weight="A"
-                            ),
+                            django.contrib.postgres.search.SearchVector("heading", config="english", weight="A"),
                             "||",
-                            django.contrib.postgres.search.SearchVector(
-                                "text", config="english", weight="B"
-                            ),
+                            django.contrib.postgres.search.SearchVector("text", config="english", weight="B"),
                             django.contrib.postgres.search.SearchConfig("english"),
                         ),
                         output_field=django.contrib.postgres.search.SearchVectorField(),
@@ -358,15 +352,11 @@ class Migration(migrations.Migration):
         ),
         migrations.AddConstraint(
             model_name="documentversion",
-            constraint=models.CheckConstraint(
-                condition=models.Q(("number__gte", 1)), name="version_number_positive"
-            ),
+            constraint=models.CheckConstraint(condition=models.Q(("number__gte", 1)), name="version_number_positive"),
         ),
         migrations.AddConstraint(
             model_name="source",
-            constraint=models.UniqueConstraint(
-                fields=("tenant", "name"), name="source_unique_name_per_tenant"
-            ),
+            constraint=models.UniqueConstraint(fields=("tenant", "name"), name="source_unique_name_per_tenant"),
         ),
         migrations.AddConstraint(
             model_name="source",
@@ -388,15 +378,11 @@ class Migration(migrations.Migration):
         ),
         migrations.AddIndex(
             model_name="ingestionjob",
-            index=models.Index(
-                fields=["tenant", "-created_at"], name="job_tenant_created_idx"
-            ),
+            index=models.Index(fields=["tenant", "-created_at"], name="job_tenant_created_idx"),
         ),
         migrations.AddIndex(
             model_name="document",
-            index=models.Index(
-                fields=["tenant", "source"], name="document_tenant_source_idx"
-            ),
+            index=models.Index(fields=["tenant", "source"], name="document_tenant_source_idx"),
         ),
         migrations.AddConstraint(
             model_name="document",
@@ -407,21 +393,15 @@ class Migration(migrations.Migration):
         ),
         migrations.AddIndex(
             model_name="chunk",
-            index=django.contrib.postgres.indexes.GinIndex(
-                fields=["search_vector"], name="chunk_search_vector_gin"
-            ),
+            index=django.contrib.postgres.indexes.GinIndex(fields=["search_vector"], name="chunk_search_vector_gin"),
         ),
         migrations.AddIndex(
             model_name="chunk",
-            index=models.Index(
-                fields=["tenant", "embedder"], name="chunk_tenant_embedder_idx"
-            ),
+            index=models.Index(fields=["tenant", "embedder"], name="chunk_tenant_embedder_idx"),
         ),
         migrations.AddConstraint(
             model_name="chunk",
-            constraint=models.UniqueConstraint(
-                fields=("version", "ordinal"), name="chunk_unique_ordinal_per_version"
-            ),
+            constraint=models.UniqueConstraint(fields=("version", "ordinal"), name="chunk_unique_ordinal_per_version"),
         ),
         migrations.AddConstraint(
             model_name="chunk",

@@ -5,78 +5,131 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('knowledge', '0001_initial'),
+        ("knowledge", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='JudgmentList',
+            name="JudgmentList",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200)),
-                ('origin', models.CharField(choices=[('bioasq', 'BioASQ'), ('hotpotqa', 'HotpotQA'), ('rag4p', 'RAG4p'), ('beir', 'BEIR'), ('manual', 'Manual')], default='manual', max_length=20)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='judgment_lists', to='knowledge.tenant')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=200)),
+                (
+                    "origin",
+                    models.CharField(
+                        choices=[
+                            ("bioasq", "BioASQ"),
+                            ("hotpotqa", "HotpotQA"),
+                            ("rag4p", "RAG4p"),
+                            ("beir", "BEIR"),
+                            ("manual", "Manual"),
+                        ],
+                        default="manual",
+                        max_length=20,
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="judgment_lists",
+                        to="knowledge.tenant",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='Judgment',
+            name="Judgment",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('query_id', models.CharField(max_length=200)),
-                ('question', models.TextField()),
-                ('relevant', models.JSONField(default=list)),
-                ('judgment_list', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='judgments', to='quality.judgmentlist')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("query_id", models.CharField(max_length=200)),
+                ("question", models.TextField()),
+                ("relevant", models.JSONField(default=list)),
+                (
+                    "judgment_list",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="judgments", to="quality.judgmentlist"
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='EvaluationRun',
+            name="EvaluationRun",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('dataset', models.CharField(max_length=200)),
-                ('mode', models.CharField(max_length=10)),
-                ('config', models.JSONField(blank=True, default=dict)),
-                ('metrics', models.JSONField(blank=True, default=dict)),
-                ('per_query', models.JSONField(blank=True, default=list)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('tenant', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='evaluation_runs', to='knowledge.tenant')),
-                ('judgment_list', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='runs', to='quality.judgmentlist')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("dataset", models.CharField(max_length=200)),
+                ("mode", models.CharField(max_length=10)),
+                ("config", models.JSONField(blank=True, default=dict)),
+                ("metrics", models.JSONField(blank=True, default=dict)),
+                ("per_query", models.JSONField(blank=True, default=list)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="evaluation_runs",
+                        to="knowledge.tenant",
+                    ),
+                ),
+                (
+                    "judgment_list",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="runs",
+                        to="quality.judgmentlist",
+                    ),
+                ),
             ],
         ),
         migrations.AddConstraint(
-            model_name='judgmentlist',
-            constraint=models.UniqueConstraint(fields=('tenant', 'name'), name='judgmentlist_unique_name_per_tenant'),
+            model_name="judgmentlist",
+            constraint=models.UniqueConstraint(fields=("tenant", "name"), name="judgmentlist_unique_name_per_tenant"),
         ),
         migrations.AddConstraint(
-            model_name='judgmentlist',
-            constraint=models.CheckConstraint(condition=models.Q(('origin__in', ['bioasq', 'hotpotqa', 'rag4p', 'beir', 'manual'])), name='judgmentlist_origin_known'),
+            model_name="judgmentlist",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("origin__in", ["bioasq", "hotpotqa", "rag4p", "beir", "manual"])),
+                name="judgmentlist_origin_known",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='judgmentlist',
-            constraint=models.CheckConstraint(condition=models.Q(('name', ''), _negated=True), name='judgmentlist_name_not_empty'),
+            model_name="judgmentlist",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("name", ""), _negated=True), name="judgmentlist_name_not_empty"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='judgment',
-            constraint=models.UniqueConstraint(fields=('judgment_list', 'query_id'), name='judgment_unique_query_per_list'),
+            model_name="judgment",
+            constraint=models.UniqueConstraint(
+                fields=("judgment_list", "query_id"), name="judgment_unique_query_per_list"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='judgment',
-            constraint=models.CheckConstraint(condition=models.Q(('question', ''), _negated=True), name='judgment_question_not_empty'),
+            model_name="judgment",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("question", ""), _negated=True), name="judgment_question_not_empty"
+            ),
         ),
         migrations.AddIndex(
-            model_name='evaluationrun',
-            index=models.Index(fields=['dataset', '-created_at'], name='evalrun_dataset_created_idx'),
+            model_name="evaluationrun",
+            index=models.Index(fields=["dataset", "-created_at"], name="evalrun_dataset_created_idx"),
         ),
         migrations.AddIndex(
-            model_name='evaluationrun',
-            index=models.Index(fields=['tenant', '-created_at'], name='evalrun_tenant_created_idx'),
+            model_name="evaluationrun",
+            index=models.Index(fields=["tenant", "-created_at"], name="evalrun_tenant_created_idx"),
         ),
         migrations.AddConstraint(
-            model_name='evaluationrun',
-            constraint=models.CheckConstraint(condition=models.Q(('mode__in', ['hybrid', 'lexical', 'dense'])), name='evaluationrun_mode_known'),
+            model_name="evaluationrun",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("mode__in", ["hybrid", "lexical", "dense"])), name="evaluationrun_mode_known"
+            ),
         ),
     ]

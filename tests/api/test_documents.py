@@ -1,9 +1,9 @@
 import pytest
 
-from knowledge.models import Document
-from tests.factories import SourceFactory
 from knowledge.ingestion.readers import ReadDocument
+from knowledge.models import Document
 from knowledge.services import documents_ingest
+from tests.factories import SourceFactory
 
 
 def test_the_list_shows_the_tenants_documents_with_their_current_version(corpus, member_client):

@@ -1,7 +1,7 @@
-from knowledge.models import Chunk
-from tests.factories import SourceFactory
 from knowledge.ingestion.readers import ReadDocument
+from knowledge.models import Chunk
 from knowledge.services import documents_ingest
+from tests.factories import SourceFactory
 
 
 def test_search_returns_ranked_chunks_with_timings(corpus, member_client):
@@ -22,7 +22,9 @@ def test_search_modes_and_source_filter_are_applied(corpus, member_client):
     documents_ingest(
         tenant=corpus,
         source=notes,
-        documents=[ReadDocument(external_id="notes/pasta", title="Pasta", text="Pasta\n\nBoil spaghetti in salted water.")],
+        documents=[
+            ReadDocument(external_id="notes/pasta", title="Pasta", text="Pasta\n\nBoil spaghetti in salted water.")
+        ],
     )
     response = member_client.post(
         "/api/v1/search/", {"query": "boil spaghetti", "mode": "lexical", "sources": ["notes"]}, format="json"
@@ -68,7 +70,13 @@ def test_ask_answers_with_citations(corpus, member_client):
 def test_ask_accepts_the_top_n_strategy(corpus, member_client):
     response = member_client.post(
         "/api/v1/ask/",
-        {"question": "Who approves expense reports?", "strategy": "top_n", "k": 2, "reverse_pack": False, "extractive": True},
+        {
+            "question": "Who approves expense reports?",
+            "strategy": "top_n",
+            "k": 2,
+            "reverse_pack": False,
+            "extractive": True,
+        },
         format="json",
     )
     assert response.status_code == 200

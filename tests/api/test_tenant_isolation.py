@@ -45,7 +45,9 @@ def test_search_cannot_filter_by_another_tenants_source(corpus, other_tenant_cor
 
 def test_ask_never_cites_another_tenants_documents(corpus, other_tenant_corpus, member_client):
     response = member_client.post(
-        "/api/v1/ask/", {"question": "What is our secret for patching a tyre?", "k": 5, "extractive": True}, format="json"
+        "/api/v1/ask/",
+        {"question": "What is our secret for patching a tyre?", "k": 5, "extractive": True},
+        format="json",
     )
     body = response.json()
     assert body["citations"]

@@ -1,7 +1,7 @@
 import pytest
 
 from knowledge.errors import InvalidInput, UnsupportedFileType
-from knowledge.ingestion.readers import read_bytes, rst_to_text
+from knowledge.ingestion.readers import read_bytes
 from knowledge.ingestion.splitters import MaxTokenSplitter, SentenceSplitter, SingleChunkSplitter
 
 
@@ -67,6 +67,8 @@ def test_the_max_token_splitter_respects_the_budget_and_overlaps_whole_sentences
 def test_the_sentence_and_single_chunk_splitters():
     document = read_bytes(b"One sentence here. Another one there.\n\nA third paragraph.", name="a.txt")[0]
     assert [s.text for s in SentenceSplitter().split(document)] == [
-        "One sentence here.", "Another one there.", "A third paragraph."
+        "One sentence here.",
+        "Another one there.",
+        "A third paragraph.",
     ]
     assert len(SingleChunkSplitter().split(document)) == 1

@@ -1,4 +1,5 @@
 import socket
+import subprocess
 
 import pytest
 from django.conf import settings
@@ -45,7 +46,9 @@ def test_the_window_strategy_adds_the_neighbouring_chunks_of_the_same_version(te
 
     text = "Alpha opens the story. Bravo follows next. Charlie mentions the golden key. Delta closes. Echo ends."
     documents_ingest(
-        tenant=tenant, source=source, splitter=SentenceSplitter(),
+        tenant=tenant,
+        source=source,
+        splitter=SentenceSplitter(),
         documents=[ReadDocument(external_id="story", title="Story", text=text)],
     )
     results = chunk_search(tenant=tenant, query="golden key", k=1).results
@@ -74,7 +77,9 @@ def test_llm_answers_keep_only_citations_that_exist_in_the_context(corpus):
 
 
 def test_an_llm_that_finds_nothing_is_reported_as_not_found(corpus):
-    answer = question_answer(tenant=corpus, question="What is the capital of Peru?", chat_model=ScriptedChatModel(NOT_FOUND))
+    answer = question_answer(
+        tenant=corpus, question="What is the capital of Peru?", chat_model=ScriptedChatModel(NOT_FOUND)
+    )
     assert answer.found is False
     assert answer.citations == []
 
@@ -99,15 +104,20 @@ def local_llm_url():
     process = local_llm_start(settings.KB_DATA_DIR, port=port)
     yield f"http://127.0.0.1:{port}/v1"
     process.terminate()
-    process.wait(10)
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
 
 
 def test_the_real_local_llm_answers_from_the_context_end_to_end(corpus, local_llm_url):
     from retrieval.local_llm import MODEL_ALIAS
 
     model = OpenAIChatModel(MODEL_ALIAS, base_url=local_llm_url, api_key="local")
-    answer = question_answer(tenant=corpus, question="How long do I boil spaghetti?", chat_model=model, k=3)
+    answer = question_answer(
+        tenant=corpus, question="How long do I boil spaghetti?", chat_model=model, k=2, strategy="top_n"
+    )
     assert answer.mode == "llm"
     assert answer.text.strip()
     for citation in answer.citations:  # every citation the tiny model makes resolves to a passage
-        assert 1 <= citation.n <= 3
+        assert 1 <= citation.n <= 2

@@ -1,7 +1,7 @@
+import pytest
+
 from knowledge.errors import InvalidInput
 from retrieval.search import chunk_search
-
-import pytest
 
 
 def test_hybrid_search_returns_the_chunk_that_answers_the_question(corpus):

@@ -47,23 +47,38 @@ class Command(KnowledgeCommand):
         call_command("migrate", verbosity=0)
         tenant = Tenant.objects.filter(slug="demo").first() or tenant_create(slug="demo", name="Demo team")
         for username, password, role in USERS:
-            user = membership_create(tenant=tenant, username=username, password=password, role=role,
-                                     staff=role == "admin")
+            user = membership_create(
+                tenant=tenant, username=username, password=password, role=role, staff=role == "admin"
+            )
             if role == "admin":
-                user.user_permissions.set(Permission.objects.filter(content_type__app_label__in=["knowledge", "quality"]))
+                user.user_permissions.set(
+                    Permission.objects.filter(content_type__app_label__in=["knowledge", "quality"])
+                )
         docs = self._django_docs()
         for name, folders, half_life in SOURCES:
             source = source_get_or_create(tenant=tenant, name=name, half_life_days=half_life)
-            report = paths_ingest(tenant=tenant, source=source, paths=[docs / f for f in folders], root=docs,
-                                  fmt="rst", uri_prefix=DOCS_URL, progress=True)
+            report = paths_ingest(
+                tenant=tenant,
+                source=source,
+                paths=[docs / f for f in folders],
+                root=docs,
+                fmt="rst",
+                uri_prefix=DOCS_URL,
+                exclude=["*_images/*"],
+                progress=True,
+            )
             c = report.counts()
-            self.stdout.write(f"  {name}: {c['created']} new, {c['updated']} updated, {c['unchanged']} unchanged, "
-                              f"{c['duplicate']} duplicates, {c['chunks']} chunks embedded ({report.total_seconds:.0f}s)")
+            self.stdout.write(
+                f"  {name}: {c['created']} new, {c['updated']} updated, {c['unchanged']} unchanged, "
+                f"{c['duplicate']} duplicates, {c['chunks']} chunks embedded ({report.total_seconds:.0f}s)"
+            )
         answer = question_answer(tenant=tenant, question=EXAMPLE_QUESTION)
         self.stdout.write(f"\nQ: {EXAMPLE_QUESTION}\n{answer.text}")
         for c in answer.citations:
             d = c.as_dict()
-            self.stdout.write(f"  [{d['n']}] {d['title']} — {d['document']} v{d['version']} chunk {d['chunk']} ({d['uri']})")
+            self.stdout.write(
+                f"  [{d['n']}] {d['title']} — {d['document']} v{d['version']} chunk {d['chunk']} ({d['uri']})"
+            )
         self.stdout.write(f"\nReady in {time.perf_counter() - started:.0f}s.")
         self.stdout.write(
             f"Portal  http://127.0.0.1:{port}/        (member / member-demo-pass, or admin / admin-demo-pass)\n"
@@ -86,9 +101,21 @@ class Command(KnowledgeCommand):
         if not archive.exists():
             self.stdout.write(f"Downloading Django {DJANGO_VERSION} source distribution with pip…")
             result = subprocess.run(
-                [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--quiet",
-                 "-d", str(downloads), f"django=={DJANGO_VERSION}"],
-                capture_output=True, text=True,
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--no-deps",
+                    "--no-binary",
+                    ":all:",
+                    "--quiet",
+                    "-d",
+                    str(downloads),
+                    f"django=={DJANGO_VERSION}",
+                ],
+                capture_output=True,
+                text=True,
             )
             if result.returncode != 0 or not archive.exists():
                 raise CommandError(f"pip download of django=={DJANGO_VERSION} failed:\n{result.stderr[-2000:]}")

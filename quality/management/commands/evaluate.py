@@ -20,7 +20,11 @@ class Command(KnowledgeCommand):
     def add_arguments(self, parser):
         parser.add_argument("--dataset", required=True, choices=DATASETS)
         parser.add_argument(
-            "--path", dest="paths", action="append", required=True, type=Path,
+            "--path",
+            dest="paths",
+            action="append",
+            required=True,
+            type=Path,
             help="the JSON file (bioasq, hotpotqa; repeat to combine files) or the folder (rag4p, beir)",
         )
         parser.add_argument("--mode", default="hybrid", choices=MODES)
@@ -32,12 +36,8 @@ class Command(KnowledgeCommand):
         if missing:
             raise CommandError(f"No such file or folder: {', '.join(missing)}.")
         dataset = dataset_load(name=o["dataset"], paths=o["paths"])
-        self.stderr.write(
-            f"{dataset.name}: {len(dataset.documents)} documents, {len(dataset.judgments)} questions"
-        )
-        run = dataset_evaluate(
-            dataset=dataset, mode=o["mode"], keep=o["keep"], progress=True, log=self.stderr.write
-        )
+        self.stderr.write(f"{dataset.name}: {len(dataset.documents)} documents, {len(dataset.judgments)} questions")
+        run = dataset_evaluate(dataset=dataset, mode=o["mode"], keep=o["keep"], progress=True, log=self.stderr.write)
         if o["json"]:
             output = {
                 "dataset": run.dataset,

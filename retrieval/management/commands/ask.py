@@ -19,8 +19,13 @@ class Command(KnowledgeCommand):
 
     def handle(self, *args, **o):
         answer = question_answer(
-            tenant=self.tenant(o["tenant"]), question=o["question"], k=o["k"], strategy=o["strategy"],
-            window_size=o["window"], reverse_pack=not o["no_reverse_pack"], use_llm=not o["extractive"],
+            tenant=self.tenant(o["tenant"]),
+            question=o["question"],
+            k=o["k"],
+            strategy=o["strategy"],
+            window_size=o["window"],
+            reverse_pack=not o["no_reverse_pack"],
+            use_llm=not o["extractive"],
         )
         if o["json"]:
             payload = answer.as_dict()

@@ -23,11 +23,15 @@ class Command(KnowledgeCommand):
             from django.core.management.base import CommandError
 
             raise CommandError(f"Unknown source among {o['source']}.")
-        response = chunk_search(tenant=tenant, query=o["query"], k=o["k"], mode=o["mode"], source_ids=source_ids or None)
+        response = chunk_search(
+            tenant=tenant, query=o["query"], k=o["k"], mode=o["mode"], source_ids=source_ids or None
+        )
         if o["json"]:
             payload = {"results": [r.as_dict() for r in response.results], "timings_ms": response.timings_ms}
             self.stdout.write(json.dumps(payload, ensure_ascii=False))
             return
         for r in response.results:
-            self.stdout.write(f"{r.rank:>3}. {r.score:.4f}  {r.chunk.version.document.external_id} #{r.chunk.ordinal}  {r.chunk.heading}")
+            self.stdout.write(
+                f"{r.rank:>3}. {r.score:.4f}  {r.chunk.version.document.external_id} #{r.chunk.ordinal}  {r.chunk.heading}"
+            )
         self.stdout.write(f"({response.timings_ms['total_ms']:.0f} ms)")

@@ -1,0 +1,84 @@
+"""Search latency p50/p95 (ms) per mode on a tenant, with the corpus size.
+
+Usage: python benchmarks/search_latency.py [--tenant demo] [--rounds 3]
+Runs 20 Django questions ``rounds`` times per mode after one warm-up pass; prints one JSON object.
+"""
+
+import argparse
+import json
+import statistics
+import time
+
+from _setup import django_setup
+
+QUESTIONS = [
+    "How do I write a custom model field?",
+    "How do I create a custom management command?",
+    "What is a QuerySet and when is it evaluated?",
+    "How do I add a database index to a model?",
+    "How do I configure static files in production?",
+    "What does select_related do?",
+    "How do I write a custom template tag?",
+    "How can I send email with Django?",
+    "How do database transactions work in Django?",
+    "What is the CSRF protection?",
+    "How do I use class-based views?",
+    "How do I paginate a list?",
+    "What changed in Django 5.2?",
+    "How do I write a data migration?",
+    "How to deploy with ASGI?",
+    "What is a ModelForm?",
+    "How do I cache a view?",
+    "How are signals dispatched?",
+    "How do I customize the admin site?",
+    "How do I test views with the test client?",
+]
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def main() -> None:
+    django_setup()
+    from knowledge.models import Chunk, Document, Tenant
+    from retrieval.search import chunk_search
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tenant", default="demo")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("-k", type=int, default=10)
+    args = parser.parse_args()
+    tenant = Tenant.objects.filter(slug=args.tenant).first()
+    if tenant is None:
+        raise SystemExit(f"No tenant {args.tenant!r}: run the demo first.")
+    output = {
+        "tenant": tenant.slug,
+        "chunks": Chunk.objects.for_tenant(tenant).count(),
+        "documents": Document.objects.for_tenant(tenant).count(),
+        "k": args.k,
+        "queries_per_mode": len(QUESTIONS) * args.rounds,
+        "modes": {},
+    }
+    for question in QUESTIONS:  # warm-up: model load, caches
+        chunk_search(tenant=tenant, query=question, k=args.k)
+    for mode in ("dense", "lexical", "hybrid"):
+        totals: list[float] = []
+        for _ in range(args.rounds):
+            for question in QUESTIONS:
+                t = time.perf_counter()
+                chunk_search(tenant=tenant, query=question, k=args.k, mode=mode)
+                totals.append((time.perf_counter() - t) * 1000)
+        output["modes"][mode] = {
+            "p50_ms": round(percentile(totals, 50), 1),
+            "p95_ms": round(percentile(totals, 95), 1),
+            "mean_ms": round(statistics.mean(totals), 1),
+        }
+    output["hybrid_over_dense_p50"] = round(output["modes"]["hybrid"]["p50_ms"] / output["modes"]["dense"]["p50_ms"], 2)
+    print(json.dumps(output, indent=2))
+
+
+if __name__ == "__main__":
+    main()

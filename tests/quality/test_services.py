@@ -1,0 +1,126 @@
+import pytest
+
+from knowledge.errors import InvalidInput
+from knowledge.ingestion.readers import ReadDocument
+from knowledge.services import documents_ingest
+from quality.models import EvaluationRun, Judgment, JudgmentList
+from quality.services import evaluation_compare, evaluation_run, judgment_list_import
+
+OBVIOUS = [
+    ("pasta", "How long do I boil spaghetti?", [{"document": "recipes/pasta", "grade": 1}]),
+    ("bike", "How do I patch a punctured inner tube?", [{"document": "howto/bike-tyre", "grade": 1}]),
+    ("expenses", "When must travel expense reports be submitted?", [{"document": "finance/expenses"}]),
+]
+
+
+def test_importing_a_judgment_list_stores_every_judgment_with_grades(tenant):
+    judgment_list = judgment_list_import(tenant=tenant, name="handbook", origin="manual", judgments=OBVIOUS)
+
+    judgments = Judgment.objects.for_tenant(tenant).filter(judgment_list=judgment_list).order_by("pk")
+    assert [j.query_id for j in judgments] == ["pasta", "bike", "expenses"]
+    assert judgments[2].relevant == [{"document": "finance/expenses", "grade": 1}]
+
+
+def test_importing_a_list_twice_under_one_name_is_rejected(tenant):
+    judgment_list_import(tenant=tenant, name="handbook", origin="manual", judgments=OBVIOUS)
+    with pytest.raises(InvalidInput, match="already has a judgment list"):
+        judgment_list_import(tenant=tenant, name="handbook", origin="manual", judgments=OBVIOUS)
+    assert JudgmentList.objects.for_tenant(tenant).count() == 1
+
+
+@pytest.mark.parametrize(
+    "relevant",
+    [[], [{"grade": 1}], [{"document": "a", "grade": -1}], [{"document": "a"}, {"document": "b", "text": "x"}]],
+)
+def test_a_malformed_relevant_list_stores_nothing(tenant, relevant):
+    with pytest.raises(InvalidInput):
+        judgment_list_import(
+            tenant=tenant, name="bad", origin="manual", judgments=[*OBVIOUS, ("q", "A question?", relevant)]
+        )
+    assert not JudgmentList.objects.for_tenant(tenant).exists()
+
+
+def test_obvious_questions_find_their_document_first(corpus):
+    judgment_list = judgment_list_import(tenant=corpus, name="handbook", origin="manual", judgments=OBVIOUS)
+
+    run = evaluation_run(judgment_list=judgment_list, mode="hybrid", splitter="max_tokens")
+
+    assert run.metrics["hit@1"] == 1.0
+    assert run.metrics["mrr@10"] == 1.0
+    assert run.metrics["queries"] == 3
+    assert {"ndcg@10", "recall@10", "recall@100", "precision@10", "p50_ms", "p95_ms"} <= set(run.metrics)
+    assert run.per_query[0]["top"][0] == "recipes/pasta"
+    assert run.config["splitter"] == "max_tokens" and run.config["fusion"] in ("rrf", "weighted")
+    assert EvaluationRun.objects.for_tenant(corpus).get() == run
+
+
+def test_chunk_level_judgments_need_the_chunk_that_contains_the_text(corpus):
+    judgment_list = judgment_list_import(
+        tenant=corpus,
+        name="chunks",
+        origin="rag4p",
+        judgments=[
+            (
+                "boil",
+                "How long do I boil spaghetti?",
+                [{"document": "recipes/pasta", "text": "Cook for nine to eleven  minutes until al dente."}],
+            ),
+            (
+                "never",
+                "How long do I boil spaghetti?",
+                [{"document": "recipes/pasta", "text": "A sentence that no chunk contains."}],
+            ),
+        ],
+    )
+
+    run = evaluation_run(judgment_list=judgment_list, mode="lexical")
+
+    by_id = {q["query_id"]: q["metrics"] for q in run.per_query}
+    assert by_id["boil"]["hit@1"] == 1.0
+    assert by_id["never"]["recall@100"] == 0.0
+    assert run.dataset == "rag4p"
+
+
+def test_a_document_stored_as_a_duplicate_is_found_through_its_twins_chunks(tenant, source):
+    text = "Dolphins sleep with one half of the brain at a time."
+    documents_ingest(
+        tenant=tenant,
+        source=source,
+        documents=[
+            ReadDocument(external_id="original", title="Dolphins", text=text),
+            ReadDocument(external_id="copy", title="Dolphins", text=text),
+        ],
+    )
+    judgment_list = judgment_list_import(
+        tenant=tenant,
+        name="dups",
+        origin="manual",
+        judgments=[
+            ("sleep", "How do dolphins sleep?", [{"document": "copy"}]),
+        ],
+    )
+
+    run = evaluation_run(judgment_list=judgment_list, mode="lexical")
+
+    assert run.metrics["recall@10"] == 1.0
+
+
+def _run(metrics, per_query):
+    return EvaluationRun.objects.create(
+        dataset="tiny",
+        mode="hybrid",
+        metrics=metrics,
+        per_query=[{"query_id": q, "question": f"{q}?", "metrics": {"ndcg@10": v}, "top": []} for q, v in per_query],
+    )
+
+
+def test_comparing_runs_gives_metric_deltas_and_the_queries_that_changed(db):
+    run_a = _run({"ndcg@10": 0.5, "queries": 3}, [("q1", 1.0), ("q2", 0.0), ("q3", 0.5)])
+    run_b = _run({"ndcg@10": 0.6, "queries": 3}, [("q1", 0.5), ("q2", 0.8), ("q3", 0.5)])
+
+    comparison = evaluation_compare(run_a=run_a, run_b=run_b)
+
+    assert comparison["metrics"]["ndcg@10"] == {"a": 0.5, "b": 0.6, "delta": 0.1}
+    assert [row["query_id"] for row in comparison["better"]] == ["q2"]
+    assert [(row["query_id"], row["delta"]) for row in comparison["worse"]] == [("q1", -0.5)]
+    assert comparison["unchanged"] == 1
