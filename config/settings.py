@@ -136,6 +136,7 @@ USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = KB_DATA_DIR / "static"
+STATIC_ROOT.mkdir(exist_ok=True)
 LOGIN_URL = "portal:login"
 LOGIN_REDIRECT_URL = "portal:ask"
 LOGOUT_REDIRECT_URL = "portal:login"
