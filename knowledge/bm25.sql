@@ -2,9 +2,11 @@
 --
 -- kb_term_freqs / kb_term_count turn a tsvector into {lexeme: term frequency} and its total
 -- number of lexeme occurrences; Chunk.term_freqs and Chunk.term_count are generated from them.
--- The statement-level trigger keeps knowledge_termstatistic (document frequency per lexeme per
--- tenant) and knowledge_corpusstatistic (chunk count and total length per tenant) exact on every
--- INSERT, UPDATE and DELETE of chunks, including ORM cascades.
+-- The statement-level triggers keep three derived tables exact on every INSERT, UPDATE and
+-- DELETE of chunks, including ORM cascades:
+--   knowledge_posting          (tenant, lexeme, chunk) -> tf, chunk length: the inverted index;
+--   knowledge_termstatistic    document frequency per lexeme per tenant;
+--   knowledge_corpusstatistic  chunk count and total length per tenant.
 
 CREATE OR REPLACE FUNCTION kb_term_freqs(tsvector) RETURNS jsonb
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
@@ -17,12 +19,19 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
     SELECT COALESCE(sum(COALESCE(cardinality(positions), 1)), 0)::integer FROM unnest($1)
 $$;
 
-CREATE OR REPLACE FUNCTION kb_chunk_statistics_apply(delta_sign integer, tenant_ids bigint[], freqs jsonb[], lengths integer[])
+DROP FUNCTION IF EXISTS kb_chunk_statistics_apply(integer, bigint[], jsonb[], integer[]);
+CREATE OR REPLACE FUNCTION kb_chunk_statistics_apply(
+    delta_sign integer, tenant_ids bigint[], chunk_ids bigint[], freqs jsonb[], lengths integer[])
 RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
     -- Rows are locked in (tenant, lexeme) order so concurrent ingestions cannot deadlock.
     -- Additions upsert; removals update (an upsert would check df >= 0 on the candidate row).
     IF delta_sign > 0 THEN
+        INSERT INTO knowledge_posting (tenant_id, lexeme, chunk_id, tf, chunk_length)
+        SELECT c.tenant_id, t.key, c.id, t.value::integer, c.len
+        FROM unnest(tenant_ids, chunk_ids, freqs, lengths) AS c(tenant_id, id, term_freqs, len),
+             jsonb_each_text(c.term_freqs) AS t(key, value);
+
         INSERT INTO knowledge_termstatistic (tenant_id, lexeme, df)
         SELECT c.tenant_id, t.lexeme, count(*)
         FROM unnest(tenant_ids, freqs) AS c(tenant_id, term_freqs), jsonb_object_keys(c.term_freqs) AS t(lexeme)
@@ -39,6 +48,10 @@ BEGIN
             chunk_count = knowledge_corpusstatistic.chunk_count + EXCLUDED.chunk_count,
             term_count = knowledge_corpusstatistic.term_count + EXCLUDED.term_count;
     ELSE
+        DELETE FROM knowledge_posting p
+        USING unnest(tenant_ids, chunk_ids, freqs) AS c(tenant_id, id, term_freqs), jsonb_object_keys(c.term_freqs) AS t(lexeme)
+        WHERE p.tenant_id = c.tenant_id AND p.lexeme = t.lexeme AND p.chunk_id = c.id;
+
         PERFORM 1 FROM knowledge_termstatistic ts
         WHERE ts.tenant_id = ANY(tenant_ids)
           AND (ts.tenant_id, ts.lexeme) IN (
@@ -69,7 +82,7 @@ $$;
 
 CREATE OR REPLACE FUNCTION kb_chunk_statistics_insert() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM kb_chunk_statistics_apply(1, array_agg(tenant_id), array_agg(term_freqs), array_agg(term_count))
+    PERFORM kb_chunk_statistics_apply(1, array_agg(tenant_id), array_agg(id), array_agg(term_freqs), array_agg(term_count))
     FROM new_chunks HAVING count(*) > 0;
     RETURN NULL;
 END
@@ -77,7 +90,7 @@ $$;
 
 CREATE OR REPLACE FUNCTION kb_chunk_statistics_delete() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM kb_chunk_statistics_apply(-1, array_agg(tenant_id), array_agg(term_freqs), array_agg(term_count))
+    PERFORM kb_chunk_statistics_apply(-1, array_agg(tenant_id), array_agg(id), array_agg(term_freqs), array_agg(term_count))
     FROM old_chunks HAVING count(*) > 0;
     RETURN NULL;
 END
@@ -85,9 +98,9 @@ $$;
 
 CREATE OR REPLACE FUNCTION kb_chunk_statistics_update() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM kb_chunk_statistics_apply(-1, array_agg(tenant_id), array_agg(term_freqs), array_agg(term_count))
+    PERFORM kb_chunk_statistics_apply(-1, array_agg(tenant_id), array_agg(id), array_agg(term_freqs), array_agg(term_count))
     FROM old_chunks HAVING count(*) > 0;
-    PERFORM kb_chunk_statistics_apply(1, array_agg(tenant_id), array_agg(term_freqs), array_agg(term_count))
+    PERFORM kb_chunk_statistics_apply(1, array_agg(tenant_id), array_agg(id), array_agg(term_freqs), array_agg(term_count))
     FROM new_chunks HAVING count(*) > 0;
     RETURN NULL;
 END

@@ -302,6 +302,27 @@ class TermStatistic(models.Model):
         return f"{self.lexeme} (df {self.df})"
 
 
+class Posting(models.Model):
+    """One lexeme of one chunk: the inverted index that BM25 scoring scans.
+
+    Maintained by the statement-level triggers on ``knowledge_chunk`` (knowledge/bm25.sql), like
+    ``TermStatistic``; the primary key (tenant, lexeme, chunk) is the index a query walks for each
+    of its lexemes. ``chunk_length`` copies ``Chunk.term_count`` so scoring never reads chunks.
+    """
+
+    pk = models.CompositePrimaryKey("tenant_id", "lexeme", "chunk_id")
+    tenant = models.ForeignKey(Tenant, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+")
+    lexeme = models.TextField()
+    chunk = models.ForeignKey("Chunk", on_delete=models.DO_NOTHING, db_constraint=False, related_name="+")
+    tf = models.IntegerField()
+    chunk_length = models.IntegerField()
+
+    objects = TenantScopedQuerySet.as_manager()
+
+    def __str__(self) -> str:
+        return f"{self.lexeme} in chunk {self.chunk_id} (tf {self.tf})"
+
+
 class CorpusStatistic(models.Model):
     """A tenant's chunk count and total chunk length in lexemes (BM25's N and average length).
 

@@ -42,3 +42,47 @@ def weighted(lists: dict[str, Ranking], *, weights: dict[str, float]) -> Ranking
         for item, normalized in min_max(ranking).items():
             scores[item] = scores.get(item, 0.0) + weight * normalized
     return sorted(scores.items(), key=lambda pair: -pair[1])
+
+
+def tm2c2(lists: dict[str, Ranking], *, weights: dict[str, float], lower: dict[str, float]) -> Ranking:
+    """Convex combination with theoretical min-max normalization (TM2C2).
+
+    Each score becomes ``(s - lower) / (max - lower)`` where ``lower`` is the scorer's
+    theoretical minimum (0 for BM25, -1 for cosine similarity) and ``max`` the list's best
+    score; missing items score 0. Bruch, Gai & Ingber, "An Analysis of Fusion Functions for
+    Hybrid Retrieval", ACM TOIS 2023, found it more robust than RRF and plain min-max.
+    """
+    scores: dict[int, float] = {}
+    for name, ranking in lists.items():
+        if not ranking:
+            continue
+        floor = lower.get(name, 0.0)
+        top = max(score for _, score in ranking)
+        span = top - floor
+        weight = weights.get(name, 0.0)
+        for item, score in ranking:
+            normalized = (score - floor) / span if span > 0 else 1.0
+            scores[item] = scores.get(item, 0.0) + weight * normalized
+    return sorted(scores.items(), key=lambda pair: -pair[1])
+
+
+def dbsf(lists: dict[str, Ranking], *, weights: dict[str, float]) -> Ranking:
+    """Distribution-based score fusion: scores scaled by the list's mean ± 3 standard deviations.
+
+    ``(s - (mu - 3 sigma)) / (6 sigma)``, clipped to [0, 1]; missing items score 0
+    (as in Qdrant's DBSF fusion).
+    """
+    import statistics
+
+    scores: dict[int, float] = {}
+    for name, ranking in lists.items():
+        if not ranking:
+            continue
+        values = [score for _, score in ranking]
+        mu = statistics.fmean(values)
+        sigma = statistics.pstdev(values) if len(values) > 1 else 0.0
+        weight = weights.get(name, 0.0)
+        for item, score in ranking:
+            normalized = min(1.0, max(0.0, (score - (mu - 3 * sigma)) / (6 * sigma))) if sigma > 0 else 1.0
+            scores[item] = scores.get(item, 0.0) + weight * normalized
+    return sorted(scores.items(), key=lambda pair: -pair[1])

@@ -20,6 +20,7 @@ from knowledge.models import Chunk, Tenant
 from retrieval import fusion
 
 MODES = ("hybrid", "lexical", "dense")
+FUSIONS = ("rrf", "weighted", "tm2c2", "dbsf")
 MAX_QUERY_CHARS = 2000
 
 
@@ -32,6 +33,7 @@ class SearchConfig:
 
     fusion: str = "rrf"
     rrf_k: int = 60
+    rrf_weighted: bool = False
     dense_weight: float = 0.7
     lexical_weight: float = 0.3
     candidates: int = 100
@@ -44,8 +46,8 @@ class SearchConfig:
         values = {"fusion": settings.KB_FUSION, **(tenant.retrieval_config or {}), **overrides}
         known = {k: v for k, v in values.items() if k in cls.__dataclass_fields__ and v is not None}
         config = cls(**known)
-        if config.fusion not in ("rrf", "weighted"):
-            raise InvalidInput(f"Unknown fusion {config.fusion!r}; use rrf or weighted.")
+        if config.fusion not in FUSIONS:
+            raise InvalidInput(f"Unknown fusion {config.fusion!r}; use one of {', '.join(FUSIONS)}.")
         return config
 
 
@@ -102,8 +104,8 @@ def _source_filter(tenant: Tenant, source_ids: list[int] | None) -> tuple[str, l
 # Okapi BM25 (Robertson & Zaragoza 2009, "The Probabilistic Relevance Framework") with Lucene's
 # non-negative IDF, ln(1 + (N - df + 0.5) / (df + 0.5)), computed exactly inside PostgreSQL:
 # term frequencies and chunk lengths are generated columns of knowledge_chunk; N, df and the
-# average length come from trigger-maintained statistics (knowledge/bm25.sql). Candidates are the
-# chunks whose tsvector matches any query lexeme (GIN index); each is scored over those lexemes.
+# average length come from trigger-maintained statistics (knowledge/bm25.sql). Scoring walks the
+# postings (tenant, lexeme, chunk -> tf, length) of the query's lexemes: an inverted index.
 _BM25_SQL = (Path(__file__).resolve().parent / "bm25_search.sql").read_text()
 
 
@@ -125,8 +127,9 @@ def lexical_candidates(
     params: dict = {"query": query, "tenant": tenant.pk, "k1": float(k1), "b": float(b), "limit": limit}
     if source_ids:
         source_filter = (
-            "AND c.version_id IN (SELECT v.id FROM knowledge_documentversion v JOIN knowledge_document d"
-            " ON d.id = v.document_id WHERE d.tenant_id = %(tenant)s AND d.source_id = ANY(%(sources)s))"
+            "AND p.chunk_id IN (SELECT c.id FROM knowledge_chunk c JOIN knowledge_documentversion v"
+            " ON v.id = c.version_id JOIN knowledge_document d ON d.id = v.document_id"
+            " WHERE c.tenant_id = %(tenant)s AND d.source_id = ANY(%(sources)s))"
         )
         params["sources"] = list(source_ids)
     with connection.cursor() as cursor:
@@ -154,6 +157,18 @@ def dense_candidates(*, tenant: Tenant, vector, limit: int, source_ids: list[int
         rows = cursor.fetchall()
     # relaxed_order may return slightly out-of-order rows; restore exact order.
     return sorted(((row[0], float(row[1])) for row in rows), key=lambda pair: -pair[1])
+
+
+def fuse(lists: dict[str, list[tuple[int, float]]], config: SearchConfig) -> list[tuple[int, float]]:
+    """Fuse the lexical and dense candidate lists with ``config.fusion`` (see ``retrieval.fusion``)."""
+    weights = {"dense": config.dense_weight, "lexical": config.lexical_weight}
+    if config.fusion == "weighted":
+        return fusion.weighted(lists, weights=weights)
+    if config.fusion == "tm2c2":
+        return fusion.tm2c2(lists, weights=weights, lower={"dense": -1.0, "lexical": 0.0})
+    if config.fusion == "dbsf":
+        return fusion.dbsf(lists, weights=weights)
+    return fusion.rrf(lists, k=config.rrf_k, weights=weights if config.rrf_weighted else None)
 
 
 def chunk_search(
@@ -204,10 +219,8 @@ def chunk_search(
     t = time.perf_counter()
     if mode != "hybrid":
         fused = lists[mode]
-    elif config.fusion == "weighted":
-        fused = fusion.weighted(lists, weights={"dense": config.dense_weight, "lexical": config.lexical_weight})
     else:
-        fused = fusion.rrf(lists, k=config.rrf_k)
+        fused = fuse(lists, config)
     timings["fusion_ms"] = (time.perf_counter() - t) * 1000
 
     top = fused[:k]

@@ -6,13 +6,9 @@ from pathlib import Path
 
 from django.db import migrations, models
 
-# Functions and triggers that derive BM25 inputs and keep term statistics exact.
+# Functions and triggers that derive BM25 inputs and keep term statistics exact (the
+# current knowledge/bm25.sql; 0003 rebuilds the derived tables for existing chunks).
 BM25_SQL = (Path(__file__).resolve().parent.parent / "bm25.sql").read_text()
-# Statistics for chunks that existed before this migration.
-BACKFILL_SQL = (
-    "SELECT kb_chunk_statistics_apply(1, array_agg(tenant_id), array_agg(term_freqs), array_agg(term_count))"
-    " FROM knowledge_chunk HAVING count(*) > 0"
-)
 
 
 class Migration(migrations.Migration):
@@ -98,5 +94,4 @@ class Migration(migrations.Migration):
                 ],
             },
         ),
-        migrations.RunSQL(BACKFILL_SQL, reverse_sql=migrations.RunSQL.noop),
     ]

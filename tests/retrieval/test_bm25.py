@@ -5,7 +5,7 @@ import pytest
 
 from knowledge.ingestion.readers import ReadDocument
 from knowledge.ingestion.splitters import SingleChunkSplitter
-from knowledge.models import Chunk, CorpusStatistic, Document, TermStatistic
+from knowledge.models import Chunk, CorpusStatistic, Document, Posting, TermStatistic
 from knowledge.services import document_delete, documents_ingest
 from retrieval.search import lexical_candidates
 
@@ -49,6 +49,9 @@ def test_term_statistics_count_each_chunk_once_per_lexeme(animals):
     chunk_count, term_count, terms = statistics(animals)
     assert (chunk_count, term_count) == (3, 12)
     assert terms["cat"] == 2 and terms["dog"] == 1 and terms["alpha"] == 1
+    beta = Chunk.objects.get(version__document__external_id="beta")
+    assert dict(Posting.objects.filter(chunk=beta).values_list("lexeme", "tf")) == {"beta": 1, "cat": 2, "sleep": 1}
+    assert Posting.objects.for_tenant(animals).count() == sum(terms.values())
 
 
 def test_term_statistics_follow_a_new_version(animals, source):
@@ -70,6 +73,7 @@ def test_term_statistics_follow_deletion(animals, other_tenant_corpus):
         document_delete(tenant=animals, document_id=document.pk)
     chunk_count, term_count, terms = statistics(animals)
     assert (chunk_count, term_count, terms) == (0, 0, {})
+    assert not Posting.objects.for_tenant(animals).exists()
     assert statistics(other_tenant_corpus) == other_before
 
 
