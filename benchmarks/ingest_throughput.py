@@ -23,9 +23,9 @@ def main() -> None:
     from knowledge.ingestion.splitters import get_splitter
     from knowledge.models import Tenant
     from knowledge.services import (
-        _embedding_input,
         collect_files,
         documents_ingest,
+        embedding_input,
         source_get_or_create,
         tenant_create,
     )
@@ -41,7 +41,7 @@ def main() -> None:
     files = collect_files([args.docs])[: args.limit]
     documents = [d for f, root in files for d in read_path(f, root=root, fmt="rst")]
     splitter = get_splitter()
-    texts = [_embedding_input(s) for d in documents for s in splitter.split(d)]
+    texts = [embedding_input(s) for d in documents for s in splitter.split(d)]
     embedder = get_embedder("local")
     embedder.embed(texts[:8])  # warm up
 

@@ -34,15 +34,16 @@ TARGET = {
     "rag4p": {"lexical": 0.80, "dense": 0.88, "hybrid": 0.89},
 }
 VARIANTS = [
-    {"fusion": "rrf"},
-    {"fusion": "rrf", "rrf_weighted": True, "dense_weight": 0.6, "lexical_weight": 0.4},
+    {"fusion": "rrf", "rrf_k": 60},
+    {"fusion": "rrf", "rrf_k": 20},
     {"fusion": "weighted", "dense_weight": 0.7, "lexical_weight": 0.3},
+    {"fusion": "weighted", "dense_weight": 0.6, "lexical_weight": 0.4},
     {"fusion": "weighted", "dense_weight": 0.5, "lexical_weight": 0.5},
     {"fusion": "tm2c2", "dense_weight": 0.7, "lexical_weight": 0.3},
     {"fusion": "tm2c2", "dense_weight": 0.6, "lexical_weight": 0.4},
     {"fusion": "tm2c2", "dense_weight": 0.5, "lexical_weight": 0.5},
-    {"fusion": "dbsf", "dense_weight": 0.5, "lexical_weight": 0.5},
     {"fusion": "dbsf", "dense_weight": 0.6, "lexical_weight": 0.4},
+    {"fusion": "dbsf", "dense_weight": 0.5, "lexical_weight": 0.5},
 ]
 
 

@@ -122,7 +122,7 @@ if KB_LLM_MODEL and not (OPENAI_BASE_URL or OPENAI_API_KEY):
 KB_LLM_TIMEOUT_S = env_int("KB_LLM_TIMEOUT_S", 120, minimum=1)
 KB_EMBED_BATCH_SIZE = env_int("KB_EMBED_BATCH_SIZE", 64, minimum=1)
 KB_MAX_UPLOAD_BYTES = env_int("KB_MAX_UPLOAD_BYTES", 20 * 1024 * 1024, minimum=1024)
-KB_FUSION = env_choice("KB_FUSION", "rrf", ["rrf", "weighted", "tm2c2", "dbsf"])
+KB_FUSION = env_choice("KB_FUSION", "weighted", ["rrf", "weighted", "tm2c2", "dbsf"])
 DATA_UPLOAD_MAX_MEMORY_SIZE = KB_MAX_UPLOAD_BYTES + 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
 

@@ -26,12 +26,14 @@ MAX_QUERY_CHARS = 2000
 
 @dataclass
 class SearchConfig:
-    """Retrieval settings; a tenant's ``retrieval_config`` JSON overrides the defaults.
+    """Retrieval settings; ``KB_FUSION`` and then a tenant's ``retrieval_config`` override the defaults.
 
-    ``fusion`` is "rrf" or "weighted"; ``candidates`` is how many chunks each side brings.
+    ``fusion`` is one of ``FUSIONS``; ``candidates`` is how many chunks each side brings. The
+    defaults (min-max weighted fusion, 0.7 dense / 0.3 BM25, k1 = 1.2, b = 0.75) won on all three
+    shared datasets (``benchmarks/retrieval_quality.py --variants``; README, "Retrieval quality").
     """
 
-    fusion: str = "rrf"
+    fusion: str = "weighted"
     rrf_k: int = 60
     rrf_weighted: bool = False
     dense_weight: float = 0.7
@@ -225,7 +227,12 @@ def chunk_search(
 
     top = fused[:k]
     t = time.perf_counter()
-    chunks = Chunk.objects.for_tenant(tenant).select_related("version__document__source").in_bulk([i for i, _ in top])
+    chunks = (
+        Chunk.objects.for_tenant(tenant)
+        .select_related("version__document__source")
+        .defer("embedding", "term_freqs", "search_vector", "version__text")
+        .in_bulk([i for i, _ in top])
+    )
     timings["fetch_ms"] = (time.perf_counter() - t) * 1000
     positions = {
         name: {item: (rank, score) for rank, (item, score) in enumerate(ranking, 1)} for name, ranking in lists.items()

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from knowledge.models import Chunk, Tenant
+from django.db.models import Q
+
+from knowledge.models import Chunk, DocumentVersion, Tenant
 from retrieval.search import SearchResult
 
 
@@ -55,12 +57,18 @@ def window(tenant: Tenant, results: list[SearchResult], *, n: int, size: int = 1
     for r in chosen:
         ordinal = r.chunk.ordinal
         wanted.setdefault(r.chunk.version_id, set()).update(range(max(0, ordinal - size), ordinal + size + 1))
-    neighbours: dict[tuple[int, int], Chunk] = {}
-    query = Chunk.objects.for_tenant(tenant).none()
+    if not chosen:
+        return []
+    condition = Q()
     for version_id, ordinals in wanted.items():
-        query = query | Chunk.objects.for_tenant(tenant).filter(version_id=version_id, ordinal__in=ordinals)
-    for chunk in query.only("id", "version_id", "ordinal", "char_start", "char_end"):
-        neighbours[(chunk.version_id, chunk.ordinal)] = chunk
+        condition |= Q(version_id=version_id, ordinal__in=ordinals)
+    neighbours: dict[tuple[int, int], Chunk] = {
+        (chunk.version_id, chunk.ordinal): chunk
+        for chunk in Chunk.objects.for_tenant(tenant)
+        .filter(condition)
+        .only("id", "version_id", "ordinal", "char_start", "char_end")
+    }
+    texts = dict(DocumentVersion.objects.for_tenant(tenant).filter(pk__in=wanted).values_list("pk", "text"))
 
     passages: list[Passage] = []
     spans: dict[int, list[tuple[int, int, Passage]]] = {}
@@ -74,18 +82,20 @@ def window(tenant: Tenant, results: list[SearchResult], *, n: int, size: int = 1
         if merged is not None:
             lo, hi = min(lo, min(merged.chunks)), max(hi, max(merged.chunks))
             merged.chunks = list(range(lo, hi + 1))
-            merged.text = _cut(version, neighbours, lo, hi)
+            merged.text = _cut(texts[version.pk], version.pk, neighbours, lo, hi)
             spans[version.pk] = [(a, b, p) for a, b, p in spans[version.pk] if p is not merged] + [(lo, hi, merged)]
             continue
         passage = Passage(
-            anchor=r.chunk, text=_cut(version, neighbours, lo, hi), score=r.score, chunks=list(range(lo, hi + 1))
+            anchor=r.chunk,
+            text=_cut(texts[version.pk], version.pk, neighbours, lo, hi),
+            score=r.score,
+            chunks=list(range(lo, hi + 1)),
         )
         spans.setdefault(version.pk, []).append((lo, hi, passage))
         passages.append(passage)
     return passages
 
 
-def _cut(version, neighbours: dict[tuple[int, int], Chunk], lo: int, hi: int) -> str:
-    start = neighbours[(version.pk, lo)].char_start
-    end = neighbours[(version.pk, hi)].char_end
-    return version.text[start:end]
+def _cut(text: str, version_id: int, neighbours: dict[tuple[int, int], Chunk], lo: int, hi: int) -> str:
+    """The version's text from chunk ``lo``'s start to chunk ``hi``'s end."""
+    return text[neighbours[(version_id, lo)].char_start : neighbours[(version_id, hi)].char_end]

@@ -112,3 +112,15 @@ def test_a_bad_file_rejects_the_whole_ingestion_and_stores_nothing(tenant, sourc
     with pytest.raises(error):
         paths_ingest(tenant=tenant, source=source, paths=[tmp_path / "good.md", tmp_path / name])
     assert not Document.objects.for_tenant(tenant).exists()
+
+
+def test_passages_are_embedded_with_their_heading_and_sentences_without():
+    from knowledge.ingestion.splitters import Span
+    from knowledge.services import embedding_input
+
+    passage = Span("word " * 60, 0, 300, 60, "Guide › Setup")
+    assert embedding_input(passage).startswith("Guide › Setup\n")
+    sentence = Span("Install the package first.", 0, 26, 5, "Guide › Setup")
+    assert embedding_input(sentence) == "Install the package first."
+    titled = Span("Guide › Setup. " + "word " * 60, 0, 320, 64, "Guide › Setup")
+    assert embedding_input(titled) == titled.text
