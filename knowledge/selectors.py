@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.db.models import Count, OuterRef, Prefetch, QuerySet, Subquery
 
-from knowledge.errors import NotFound, PermissionDenied
-from knowledge.models import Chunk, Document, DocumentVersion, IngestionJob, Membership, Tenant
+from knowledge.errors import InvalidInput, NotFound, PermissionDenied
+from knowledge.models import Chunk, Document, DocumentVersion, IngestionJob, Membership, Source, Tenant
 
 
 def membership_for_user(user) -> Membership:
@@ -61,3 +61,18 @@ def ingestion_job_get(*, tenant: Tenant, job_id: int) -> IngestionJob:
 def chunk_list_for_version(*, tenant: Tenant, version_id: int) -> QuerySet[Chunk]:
     """The tenant's chunks of one version in reading order (empty for another tenant's version)."""
     return Chunk.objects.for_tenant(tenant).filter(version_id=version_id).order_by("ordinal").defer("embedding")
+
+
+def source_ids_for_names(*, tenant: Tenant, names: list[str]) -> list[int] | None:
+    """Ids of the tenant's sources called ``names``; ``None`` (no filter) when none are given.
+
+    An unknown name raises ``InvalidInput`` rather than being ignored: an empty id list would
+    mean "every source".
+    """
+    if not names:
+        return None
+    found = dict(Source.objects.for_tenant(tenant).filter(name__in=names).values_list("name", "id"))
+    missing = sorted(set(names) - set(found))
+    if missing:
+        raise InvalidInput(f"Unknown source(s): {', '.join(missing)}.", code="unknown_source")
+    return list(found.values())

@@ -8,26 +8,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from knowledge.apis import ERRORS, ErrorSerializer
-from knowledge.errors import InvalidInput
-from knowledge.models import Source, Tenant
-from knowledge.selectors import tenant_for_user
+from knowledge.selectors import source_ids_for_names, tenant_for_user
 from retrieval.answers import question_answer
 from retrieval.search import MAX_QUERY_CHARS, MODES, chunk_search
-
-
-def _source_ids(tenant: Tenant, names: list[str]) -> list[int] | None:
-    """Ids of the tenant's sources called ``names``; ``None`` (no filter) when none are given.
-
-    An unknown name is an error rather than silently ignored: an empty id list would mean
-    "every source".
-    """
-    if not names:
-        return None
-    found = dict(Source.objects.for_tenant(tenant).filter(name__in=names).values_list("name", "id"))
-    missing = sorted(set(names) - set(found))
-    if missing:
-        raise InvalidInput(f"Unknown source(s): {', '.join(missing)}.", code="unknown_source")
-    return list(found.values())
 
 
 class ComponentsField(serializers.DictField):
@@ -81,7 +64,7 @@ class SearchApi(APIView):
             query=data["query"],
             k=data["k"],
             mode=data["mode"],
-            source_ids=_source_ids(tenant, data["sources"]),
+            source_ids=source_ids_for_names(tenant=tenant, names=data["sources"]),
         )
         output = {
             "results": [r.as_dict() for r in response.results],
@@ -142,6 +125,6 @@ class AskApi(APIView):
             window_size=data["window"],
             reverse_pack=data["reverse_pack"],
             use_llm=not data["extractive"],
-            source_ids=_source_ids(tenant, data["sources"]),
+            source_ids=source_ids_for_names(tenant=tenant, names=data["sources"]),
         )
         return Response(self.OutputSerializer(answer.as_dict()).data)

@@ -1,7 +1,7 @@
 import json
 
 from knowledge.management.base import KnowledgeCommand
-from knowledge.models import Source
+from knowledge.selectors import source_ids_for_names
 from retrieval.search import MODES, chunk_search
 
 
@@ -18,14 +18,8 @@ class Command(KnowledgeCommand):
 
     def handle(self, *args, **o):
         tenant = self.tenant(o["tenant"])
-        source_ids = list(Source.objects.for_tenant(tenant).filter(name__in=o["source"]).values_list("id", flat=True))
-        if o["source"] and len(source_ids) != len(set(o["source"])):
-            from django.core.management.base import CommandError
-
-            raise CommandError(f"Unknown source among {o['source']}.")
-        response = chunk_search(
-            tenant=tenant, query=o["query"], k=o["k"], mode=o["mode"], source_ids=source_ids or None
-        )
+        source_ids = source_ids_for_names(tenant=tenant, names=o["source"])
+        response = chunk_search(tenant=tenant, query=o["query"], k=o["k"], mode=o["mode"], source_ids=source_ids)
         if o["json"]:
             payload = {"results": [r.as_dict() for r in response.results], "timings_ms": response.timings_ms}
             self.stdout.write(json.dumps(payload, ensure_ascii=False))
