@@ -1,4 +1,4 @@
-"""Writes to the knowledge base: tenants, sources, ingestion, deletion.
+"""Ingestion: read documents become versions, chunks and embeddings.
 
 Ingestion is idempotent and versioned:
 
@@ -16,33 +16,26 @@ document, under a row lock on the document.
 from __future__ import annotations
 
 import hashlib
-import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
 
 import numpy as np
-from django.contrib.auth import get_user_model
 from django.db import connection, transaction
-from django.utils import timezone
 
 from knowledge.embedders import Embedder, get_embedder
-from knowledge.errors import InvalidInput, NotFound
+from knowledge.errors import InvalidInput
 from knowledge.ingestion.readers import SUPPORTED_EXTENSIONS, ReadDocument, read_path
 from knowledge.ingestion.splitters import Span, Splitter, get_splitter
 from knowledge.models import (
     Chunk,
     Document,
     DocumentVersion,
-    IngestionJob,
-    Membership,
     Source,
     Tenant,
 )
 from knowledge.vector_index import vector_index_ensure
-
-logger = logging.getLogger(__name__)
 
 
 def content_hash(text: str) -> str:
@@ -50,71 +43,7 @@ def content_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-# --- Tenants and sources ---------------------------------------------------------------------
-
-
-def tenant_create(*, slug: str, name: str = "", embedder: str | None = None) -> Tenant:
-    """Create a tenant; ``InvalidInput`` if the slug is taken or malformed."""
-    from django.conf import settings
-    from django.core.validators import validate_slug
-
-    try:
-        validate_slug(slug)
-    except Exception as exc:
-        raise InvalidInput(f"{slug!r} is not a valid slug (letters, digits, - and _).") from exc
-    if Tenant.objects.filter(slug=slug).exists():
-        raise InvalidInput(f"Tenant {slug!r} already exists.", code="tenant_exists")
-    return Tenant.objects.create(slug=slug, name=name or slug, embedder=embedder or settings.KB_EMBEDDER)
-
-
-def membership_create(*, tenant: Tenant, username: str, password: str, role: str, staff: bool = False):
-    """Create (or update) a user with a role in ``tenant``. Returns the user."""
-    if role not in Membership.Role.values:
-        raise InvalidInput(f"Unknown role {role!r}; use one of {', '.join(Membership.Role.values)}.")
-    User = get_user_model()
-    with transaction.atomic():
-        user, _ = User.objects.get_or_create(username=username)
-        user.set_password(password)
-        user.is_staff = staff
-        user.save()
-        Membership.objects.update_or_create(user=user, defaults={"tenant": tenant, "role": role})
-    return user
-
-
-def source_get_or_create(
-    *,
-    tenant: Tenant,
-    name: str,
-    kind: str = Source.Kind.FILES,
-    reliability: float | None = None,
-    half_life_days: float | None = None,
-) -> Source:
-    """The tenant's source called ``name``, created if missing; given attributes are updated."""
-    if not name.strip():
-        raise InvalidInput("A source needs a name.")
-    if reliability is not None and not 0 <= reliability <= 1:
-        raise InvalidInput("reliability must be in [0, 1].")
-    if half_life_days is not None and half_life_days <= 0:
-        raise InvalidInput("half_life_days must be positive.")
-    source, created = Source.objects.get_or_create(tenant=tenant, name=name, defaults={"kind": kind})
-    updates = {
-        k: v
-        for k, v in {
-            "reliability": reliability,
-            "half_life_days": half_life_days,
-        }.items()
-        if v is not None
-    }
-    if updates:
-        for key, value in updates.items():
-            setattr(source, key, value)
-        source.save(update_fields=list(updates))
-    return source
-
-
 ANALYZE_AFTER_CHUNKS = 1000
-
-# --- Ingestion -------------------------------------------------------------------------------
 
 
 @dataclass
@@ -440,59 +369,6 @@ def paths_ingest(
     )
 
 
-def ingestion_job_run(*, job_id: int) -> IngestionJob:
-    """Run a pending ``IngestionJob``: ingest its stored file, record the result or the error."""
-    claimed = IngestionJob.objects.filter(pk=job_id, status=IngestionJob.Status.PENDING).update(
-        status=IngestionJob.Status.RUNNING
-    )
-    job = IngestionJob.objects.select_related("tenant", "source").get(pk=job_id)
-    if not claimed:
-        return job
-    try:
-        options = job.options or {}
-        documents = read_path(Path(job.stored_path), fmt=options.get("format"))
-        for document in documents:
-            if options.get("external_id") and len(documents) == 1:
-                document.external_id = options["external_id"]
-            elif len(documents) == 1:
-                document.external_id = job.file_name
-            if options.get("title") and len(documents) == 1:
-                document.title = options["title"]
-        report = documents_ingest(tenant=job.tenant, source=job.source, documents=documents)
-        job.status, job.result = IngestionJob.Status.DONE, report.as_dict()
-    except Exception as exc:  # recorded on the job; the task does not retry bad input
-        logger.exception("Ingestion job %s failed", job_id)
-        job.status, job.error = (
-            IngestionJob.Status.FAILED,
-            str(getattr(exc, "message", exc)),
-        )
-    job.finished_at = timezone.now()
-    job.save(update_fields=["status", "result", "error", "finished_at"])
-    return job
-
-
-# --- Deletion --------------------------------------------------------------------------------
-
-
-def document_delete(*, tenant: Tenant, document_id: int) -> None:
-    """Delete a tenant's document with its versions and chunks.
-
-    Documents that were recorded as exact duplicates of it are indexed on their own (they
-    would otherwise have no chunks). ``NotFound`` if the document is not the tenant's.
-    """
-    document = Document.objects.for_tenant(tenant).filter(pk=document_id).first()
-    if document is None:
-        raise NotFound(f"Document {document_id} not found.")
-    orphans = list(
-        DocumentVersion.objects.for_tenant(tenant)
-        .filter(is_current=True, duplicate_of__document=document)
-        .select_related("document", "document__source")
-    )
-    document.delete()
-    for version in orphans:
-        version_reindex(version_id=version.pk)
-
-
 def version_reindex(*, version_id: int, splitter: Splitter | None = None) -> int:
     """Rebuild the chunks of a current version from its stored text. Returns the chunk count."""
     version = DocumentVersion.objects.select_related("document", "document__tenant").get(pk=version_id)
@@ -515,67 +391,3 @@ def version_reindex(*, version_id: int, splitter: Splitter | None = None) -> int
         version.save(update_fields=["duplicate_of"])
         _chunks_create(version, spans, vectors, embedder.key)
     return len(spans)
-
-
-# --- API uploads -----------------------------------------------------------------------------
-
-
-def _safe_file_name(file_name: str) -> str:
-    """A file name safe to store on disk: no folders, no odd characters, its suffix kept."""
-    from django.core.exceptions import SuspiciousFileOperation
-    from django.utils.text import get_valid_filename
-
-    base = Path(file_name.replace("\\", "/")).name
-    try:
-        safe = Path(get_valid_filename(base))
-    except SuspiciousFileOperation:
-        safe = Path("upload" + Path(base).suffix.lower())
-    return safe.stem[:150] + safe.suffix[:20]
-
-
-def upload_ingest(*, tenant: Tenant, source_name: str, file_name: str, data: bytes, options: dict) -> IngestionJob:
-    """Validate an uploaded file, store it and queue its ingestion. Returns the ``IngestionJob``.
-
-    ``options`` may hold ``format`` (a reader, e.g. "rst"), ``external_id`` and ``title``.
-    Everything is checked before anything is stored: ``PayloadTooLarge`` over
-    ``KB_MAX_UPLOAD_BYTES``, ``UnsupportedFileType`` for an unknown type and ``InvalidInput``
-    for an empty, binary or malformed file. The task runs once the job row is committed.
-    """
-    import shutil
-    import uuid
-
-    from django.conf import settings
-
-    from knowledge.errors import PayloadTooLarge
-    from knowledge.ingestion.readers import read_bytes
-
-    if len(data) > settings.KB_MAX_UPLOAD_BYTES:
-        raise PayloadTooLarge(f"{file_name}: the file is larger than {settings.KB_MAX_UPLOAD_BYTES} bytes.")
-    if not source_name.strip():
-        raise InvalidInput("A source needs a name.")
-    options = {k: v for k, v in options.items() if v not in (None, "")}
-    read_bytes(data, name=file_name, fmt=options.get("format"))
-
-    folder = Path(settings.KB_DATA_DIR) / "uploads" / tenant.slug / uuid.uuid4().hex
-    stored = folder / _safe_file_name(file_name)
-    folder.mkdir(parents=True)
-    stored.write_bytes(data)
-    try:
-        with transaction.atomic():
-            source = source_get_or_create(tenant=tenant, name=source_name, kind=Source.Kind.UPLOAD)
-            job = IngestionJob.objects.create(
-                tenant=tenant,
-                source=source,
-                file_name=Path(file_name.replace("\\", "/")).name[:500],
-                stored_path=str(stored),
-                options=options,
-            )
-    except Exception:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise
-    from knowledge.tasks import ingestion_job_task
-
-    transaction.on_commit(lambda: ingestion_job_task.delay(job.pk))
-    # Without a broker the task has already run eagerly at commit: report its outcome.
-    job.refresh_from_db()
-    return job
