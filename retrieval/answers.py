@@ -188,7 +188,7 @@ def _extractive_answer(
             sentence = " ".join(passage.text[a:b].split())
             words = len(sentence.split())
             looks_like_heading = words < 8 and not sentence.endswith((".", "!", "?", ":", ")"))
-            if 4 <= words <= 80 and not looks_like_heading:
+            if 7 <= words <= 80 and not looks_like_heading:
                 candidates.append((n, sentence))
     if not candidates:
         candidates = [(n, " ".join(p.text.split())[:400]) for n, p in enumerate(passages, start=1)]

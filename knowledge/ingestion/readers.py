@@ -194,6 +194,9 @@ _RST_ROLE_WITH_TARGET = re.compile(r":[\w:.-]+:`([^`<]*?)\s*<[^`>]*>`")
 _RST_ROLE = re.compile(r":[\w:.-]+:`!?([^`]*)`")
 _RST_LINK = re.compile(r"`([^`<]+?)\s*<[^`>]*>`__?")
 _RST_LITERAL = re.compile(r"``([^`]+)``")
+# `Named references`_ and word_ references (prose only; code keeps trailing underscores).
+_RST_NAMED_REF = re.compile(r"`([^`<]+)`__?")
+_RST_WORD_REF = re.compile(r"(?<![\w`])([A-Za-z][\w-]*[A-Za-z0-9])__?(?=[\s.,;:)!?]|$)")
 _RST_UNDERLINE = re.compile(r"^([=\-~^\"'`#*+_.:])\1{2,}\s*$")
 _RST_DIRECTIVE = re.compile(r"^\s*\.\.\s+([\w:-]+)::\s*(.*)$")
 _RST_TARGET = re.compile(r"^\s*\.\.\s+_[^:]*:.*$|^\s*\.\.\s*$")
@@ -253,6 +256,8 @@ def rst_to_text(text: str) -> tuple[str, list[tuple[str, int]]]:
         line = _RST_ROLE.sub(_role_text, line)
         line = _RST_LINK.sub(r"\1", line)
         line = _RST_LITERAL.sub(r"\1", line)
+        if not line.startswith((" ", "\t")):
+            line = _RST_WORD_REF.sub(r"\1", _RST_NAMED_REF.sub(r"\1", line))
         line = line.replace("::", ":") if line.rstrip().endswith("::") else line
         out.append(line)
     return "\n".join(out), headings

@@ -9,12 +9,15 @@ def test_rst_markup_is_reduced_to_readable_text_with_sections():
     source = (
         "=================\nCustom model fields\n=================\n\n"
         ".. _howto-custom:\n\nUse :class:`~django.db.models.Field` and ``max_length``.\n\n"
-        "Writing a subclass\n------------------\n\n.. versionadded:: 5.0\n\nSee :doc:`the docs </ref/models>`.\n"
+        "Writing a subclass\n------------------\n\n.. versionadded:: 5.0\n\nSee :doc:`the docs </ref/models>`.\n\n"
+        "Read `PostgreSQL custom types`_ and Bridge_. Then::\n\n    def __init__(self):\n        pass\n"
     )
     document = read_bytes(source.encode(), name="fields.txt", fmt="rst")[0]
     assert document.title == "Custom model fields"
     assert "Use Field and max_length." in document.text
     assert "See the docs." in document.text
+    assert "Read PostgreSQL custom types and Bridge. Then:" in document.text
+    assert "    def __init__(self):" in document.text
     assert "New in version 5.0" in document.text
     assert [s.heading for s in document.sections] == ["Custom model fields", "Writing a subclass"]
 

@@ -24,7 +24,7 @@ class Command(KnowledgeCommand):
         parser.add_argument("--root", type=Path, default=None, help="document ids are paths relative to this folder")
         parser.add_argument("--uri-prefix", default="", help="URI = prefix + document id")
         parser.add_argument("--splitter", default="max_tokens", choices=["max_tokens", "sentence", "single"])
-        parser.add_argument("--max-tokens", type=int, default=200)
+        parser.add_argument("--max-tokens", type=int, default=160)
         parser.add_argument("--overlap", type=int, default=30)
         parser.add_argument("--reliability", type=float, default=None)
         parser.add_argument("--half-life-days", type=float, default=None)
