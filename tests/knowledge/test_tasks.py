@@ -16,17 +16,26 @@ BROKER = "redis://127.0.0.1:6379/15"
 @pytest.fixture
 def redis_worker():
     """A Celery worker thread consuming from the real local Redis (database 15)."""
+    client = redis.Redis.from_url(BROKER)
     try:
-        redis.Redis.from_url(BROKER).ping()
+        client.flushdb()  # database 15 is the tests' own: drop messages a failed run left
     except redis.ConnectionError as exc:
-        pytest.fail(f"Redis is not running on 127.0.0.1:6379 ({exc}); start it as the README says.")
+        pytest.fail(f"Redis is not running on 127.0.0.1:6379 ({exc}); start it as DEVELOPERS.md says.")
     previous = {key: app.conf[key] for key in ("broker_url", "task_always_eager", "result_backend")}
     app.conf.update(broker_url=BROKER, task_always_eager=False, result_backend=None)
+    _forget_connections()
     try:
         with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=30):
             yield
     finally:
         app.conf.update(previous)
+        _forget_connections()
+
+
+def _forget_connections() -> None:
+    """Drop the app's cached connection and producer pools, which keep the broker URL of first use."""
+    app._pool = None
+    app.amqp._producer_pool = None
 
 
 @pytest.mark.django_db(transaction=True)
