@@ -19,6 +19,20 @@ class ComponentsField(serializers.DictField):
     child = serializers.DictField()
 
 
+class ChunkReferenceSerializer(serializers.Serializer):
+    """A chunk as search results and citations point at it: document, version, chunk, score, text."""
+
+    document = serializers.CharField()
+    document_id = serializers.IntegerField()
+    title = serializers.CharField()
+    uri = serializers.CharField()
+    version = serializers.IntegerField()
+    chunk = serializers.IntegerField()
+    chunk_id = serializers.IntegerField()
+    score = serializers.FloatField()
+    text = serializers.CharField()
+
+
 class SearchApi(APIView):
     """Hybrid (lexical + dense), lexical or dense search over the tenant's chunks."""
 
@@ -31,20 +45,11 @@ class SearchApi(APIView):
 
     @extend_schema_serializer(component_name="SearchOutput")
     class OutputSerializer(serializers.Serializer):
-        class ResultSerializer(serializers.Serializer):
+        class ResultSerializer(ChunkReferenceSerializer):
             rank = serializers.IntegerField()
-            document = serializers.CharField()
-            document_id = serializers.IntegerField()
-            title = serializers.CharField()
-            uri = serializers.CharField()
             source = serializers.CharField()
-            version = serializers.IntegerField()
-            chunk = serializers.IntegerField()
-            chunk_id = serializers.IntegerField()
             heading = serializers.CharField()
-            score = serializers.FloatField()
             components = ComponentsField()
-            text = serializers.CharField()
 
         results = ResultSerializer(many=True)
         timings_ms = serializers.DictField(child=serializers.FloatField())
@@ -88,17 +93,8 @@ class AskApi(APIView):
 
     @extend_schema_serializer(component_name="AskOutput")
     class OutputSerializer(serializers.Serializer):
-        class CitationSerializer(serializers.Serializer):
+        class CitationSerializer(ChunkReferenceSerializer):
             n = serializers.IntegerField()
-            document = serializers.CharField()
-            document_id = serializers.IntegerField()
-            title = serializers.CharField()
-            uri = serializers.CharField()
-            version = serializers.IntegerField()
-            chunk = serializers.IntegerField()
-            chunk_id = serializers.IntegerField()
-            score = serializers.FloatField()
-            text = serializers.CharField()
 
         question = serializers.CharField()
         answer = serializers.CharField()
