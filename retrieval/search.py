@@ -35,7 +35,6 @@ class SearchConfig:
 
     fusion: str = "weighted"
     rrf_k: int = 60
-    rrf_weighted: bool = False
     dense_weight: float = 0.7
     lexical_weight: float = 0.3
     candidates: int = 100
@@ -170,7 +169,7 @@ def fuse(lists: dict[str, list[tuple[int, float]]], config: SearchConfig) -> lis
         return fusion.tm2c2(lists, weights=weights, lower={"dense": -1.0, "lexical": 0.0})
     if config.fusion == "dbsf":
         return fusion.dbsf(lists, weights=weights)
-    return fusion.rrf(lists, k=config.rrf_k, weights=weights if config.rrf_weighted else None)
+    return fusion.rrf(lists, k=config.rrf_k)
 
 
 def chunk_search(
