@@ -1,9 +1,10 @@
 """REST API v1 (mounted at /api/v1/ by ``config.urls``); every view is scoped to the caller's tenant."""
 
-from django.urls import path
+from django.urls import include, path
 
 from knowledge.apis import DocumentDetailApi, DocumentListApi, JobDetailApi
 from retrieval.apis import AskApi, SearchApi
+from retrieval.trace_apis import TraceDetailApi
 
 app_name = "api"
 
@@ -13,4 +14,6 @@ urlpatterns = [
     path("jobs/<int:job_id>/", JobDetailApi.as_view(), name="job-detail"),
     path("search/", SearchApi.as_view(), name="search"),
     path("ask/", AskApi.as_view(), name="ask"),
+    path("traces/<int:trace_id>/", TraceDetailApi.as_view(), name="trace-detail"),
+    path("settings/retrieval/", include("quality.api_urls")),
 ]

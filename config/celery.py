@@ -1,11 +1,24 @@
-"""The Celery app. Without a broker (``CELERY_BROKER_URL``/``REDIS_URL`` unset) tasks run eagerly."""
+"""The Celery app. Without a broker (``CELERY_BROKER_URL``/``REDIS_URL`` unset) tasks run eagerly.
+
+Periodic tasks run under Celery beat: ``.venv/bin/celery -A config beat -l info`` (next to a
+worker, ``.venv/bin/celery -A config worker -l info``).
+"""
 
 import os
 
 from celery import Celery
+from celery.schedules import crontab
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("knowledge_base")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+app.conf.beat_schedule = {
+    # Delete answer traces older than KB_TRACE_RETENTION_DAYS, once a day at a quiet hour.
+    "traces-prune-daily": {
+        "task": "retrieval.tasks.traces_prune_task",
+        "schedule": crontab(hour=3, minute=17),
+    },
+}

@@ -8,6 +8,7 @@ accepted values when it is set to something it cannot parse (the habit of health
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -83,3 +84,14 @@ def env_path(name: str, default: Path) -> Path:
     except OSError as exc:
         raise ImproperlyConfigured(f"{name}={str(path)!r} cannot be created: {exc}") from exc
     return path
+
+
+def env_json(name: str, default: object) -> object:
+    """Return the variable parsed as JSON (any JSON value), or ``default`` when unset or empty."""
+    value = env_str(name)
+    if not value:
+        return default
+    try:
+        return json.loads(value)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} is not valid JSON: {exc}.") from exc

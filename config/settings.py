@@ -15,6 +15,7 @@ from config.env import (
     env_bool,
     env_choice,
     env_int,
+    env_json,
     env_list,
     env_path,
     env_str,
@@ -50,6 +51,7 @@ INSTALLED_APPS = [
     "retrieval",
     "quality",
     "portal",
+    "demo",
 ]
 
 MIDDLEWARE = [
@@ -118,9 +120,34 @@ KB_LLM_MODEL = env_str("KB_LLM_MODEL")
 if KB_LLM_MODEL and not (OPENAI_BASE_URL or OPENAI_API_KEY):
     raise ImproperlyConfigured("KB_LLM_MODEL is set but neither OPENAI_BASE_URL nor OPENAI_API_KEY is.")
 KB_LLM_TIMEOUT_S = env_int("KB_LLM_TIMEOUT_S", 120, minimum=1)
+KB_LLM_RETRIES = env_int("KB_LLM_RETRIES", 2, minimum=0)  # extra attempts on 429, 5xx, timeouts
+KB_LLM_CONCURRENCY = env_int("KB_LLM_CONCURRENCY", 4, minimum=1)  # LLM requests in flight per client
+# The circuit breaker: this many consecutive failed requests stop calls for the cooldown (seconds).
+KB_LLM_CIRCUIT_FAILURES = env_int("KB_LLM_CIRCUIT_FAILURES", 5, minimum=1)
+KB_LLM_CIRCUIT_COOLDOWN_S = env_int("KB_LLM_CIRCUIT_COOLDOWN_S", 30, minimum=1)
+# {model: [USD per million prompt tokens, USD per million completion tokens]}; other models cost 0.
+KB_LLM_PRICES = env_json(
+    "KB_LLM_PRICES",
+    {"gpt-4o-mini": [0.15, 0.6], "gpt-4o": [2.5, 10.0], "gpt-4.1-mini": [0.4, 1.6], "gpt-4.1": [2.0, 8.0]},
+)
+if not isinstance(KB_LLM_PRICES, dict) or not all(
+    isinstance(price, list)
+    and len(price) == 2
+    and all(isinstance(p, int | float) and not isinstance(p, bool) and p >= 0 for p in price)
+    for price in KB_LLM_PRICES.values()
+):
+    raise ImproperlyConfigured(
+        'KB_LLM_PRICES must be a JSON object {"model": [usd_per_million_in, usd_per_million_out]} '
+        "with non-negative numbers."
+    )
 KB_EMBED_BATCH_SIZE = env_int("KB_EMBED_BATCH_SIZE", 64, minimum=1)
 KB_MAX_UPLOAD_BYTES = env_int("KB_MAX_UPLOAD_BYTES", 20 * 1024 * 1024, minimum=1024)
 KB_FUSION = env_choice("KB_FUSION", "weighted", ["rrf", "weighted", "tm2c2", "dbsf"])
+# The answer pipeline a tenant uses unless its retrieval_config or the request names another.
+KB_PIPELINE = env_choice("KB_PIPELINE", "simple", ["simple", "rephrase", "expand", "hyde", "advanced"])
+# Record a trace of every answer run (retrieval.tracing); off only for measuring its cost.
+KB_TRACING = env_bool("KB_TRACING", True)
+KB_TRACE_RETENTION_DAYS = env_int("KB_TRACE_RETENTION_DAYS", 30, minimum=1)  # days answer traces are kept
 DATA_UPLOAD_MAX_MEMORY_SIZE = KB_MAX_UPLOAD_BYTES + 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
 
@@ -146,7 +173,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "config.exception_handler.api_exception_handler",
+    "EXCEPTION_HANDLER": "core.api.api_exception_handler",
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_THROTTLE_CLASSES": ["rest_framework.throttling.UserRateThrottle"],

@@ -1,10 +1,7 @@
 """Django admin for curating the knowledge base, isolated by tenant.
 
-A superuser sees and edits every tenant's rows. A staff user who is not a superuser is a
-*tenant admin*: every changelist, change page, foreign-key choice and list filter is limited to
-the tenant of their membership (``knowledge.selectors.tenant_for_user``), and rows they create
-are forced into that tenant. Scoping lives in one place, ``TenantScopedAdmin``, which goes
-through the models' ``for_tenant`` managers.
+Tenant isolation (superusers see every tenant, tenant admins their own) lives in one place,
+``core.admin.TenantScopedAdmin``, which goes through the models' ``for_tenant`` managers.
 
 Like any staff user, a tenant admin sees only the models they hold Django permissions for:
 grant the ``knowledge`` app's model permissions (view/change/delete on Document, Source,
@@ -18,14 +15,13 @@ form), and deleting documents goes through ``knowledge.services.document_delete`
 
 from __future__ import annotations
 
-from django import forms
 from django.contrib import admin, messages
-from django.contrib.auth import get_user_model
 from django.db.models import Count
 from django.urls import reverse
 from django.utils.html import format_html
 
-from knowledge.errors import ApplicationError, PermissionDenied
+from core.admin import UNSCOPED, ReadOnlyAdminMixin, TenantScopedAdmin, admin_tenant
+from core.errors import ApplicationError
 from knowledge.models import (
     Chunk,
     Document,
@@ -35,104 +31,7 @@ from knowledge.models import (
     Source,
     Tenant,
 )
-from knowledge.selectors import tenant_for_user
 from knowledge.services import document_delete
-
-_UNSCOPED = object()
-
-
-def admin_tenant(request):
-    """The tenant a request's admin views are limited to: ``None`` for no rows at all, or
-    ``_UNSCOPED`` for a superuser. Cached on the request."""
-    if not hasattr(request, "_admin_tenant"):
-        if request.user.is_superuser:
-            request._admin_tenant = _UNSCOPED
-        else:
-            try:
-                request._admin_tenant = tenant_for_user(request.user)
-            except PermissionDenied:
-                request._admin_tenant = None
-    return request._admin_tenant
-
-
-def _is_tenant_filter(entry) -> bool:
-    field = entry[0] if isinstance(entry, (list, tuple)) else entry
-    return isinstance(field, str) and field.split("__")[-1] == "tenant"
-
-
-class TenantScopedForm(forms.ModelForm):
-    """Keeps a row's tenant fixed once created, and its source in the same tenant."""
-
-    def clean(self):
-        cleaned = super().clean()
-        instance = self.instance
-        tenant = cleaned.get("tenant") if "tenant" in self.fields else getattr(instance, "tenant", None)
-        if "tenant" in self.fields and instance.pk and tenant and tenant.pk != instance.tenant_id:
-            self.add_error("tenant", "A row cannot move to another tenant.")
-        source = cleaned.get("source")
-        if source is not None and tenant is not None and source.tenant_id != tenant.pk:
-            self.add_error("source", "The source belongs to another tenant.")
-        return cleaned
-
-
-class TenantScopedAdmin(admin.ModelAdmin):
-    """Limits a tenant model's admin to the user's tenant unless the user is a superuser.
-
-    The model's default manager must offer ``for_tenant`` (``TenantScopedQuerySet``).
-    """
-
-    form = TenantScopedForm
-
-    def get_queryset(self, request):
-        queryset = super().get_queryset(request)
-        tenant = admin_tenant(request)
-        if tenant is _UNSCOPED:
-            return queryset
-        if tenant is None:
-            return queryset.none()
-        return queryset.for_tenant(tenant)
-
-    def get_list_filter(self, request):
-        filters = super().get_list_filter(request)
-        if admin_tenant(request) is _UNSCOPED:
-            return filters
-        return [entry for entry in filters if not _is_tenant_filter(entry)]
-
-    def formfield_for_foreignkey(self, db_field, request, **kwargs):
-        tenant = admin_tenant(request)
-        if tenant is not _UNSCOPED:
-            kwargs["queryset"] = _choices_for(db_field.related_model, tenant)
-            if db_field.related_model is Tenant and tenant is not None:
-                kwargs["initial"] = tenant.pk
-        return super().formfield_for_foreignkey(db_field, request, **kwargs)
-
-    def save_model(self, request, obj, form, change):
-        tenant = admin_tenant(request)
-        if not change and tenant is not _UNSCOPED and hasattr(obj, "tenant_id"):
-            obj.tenant = tenant
-        super().save_model(request, obj, form, change)
-
-
-def _choices_for(model, tenant):
-    """The rows of ``model`` a tenant admin of ``tenant`` may pick in a foreign-key field."""
-    if tenant is None:
-        return model._default_manager.none()
-    if model is Tenant:
-        return Tenant.objects.filter(pk=tenant.pk)
-    if model is get_user_model():
-        return model._default_manager.filter(membership__tenant=tenant)
-    return model._default_manager.for_tenant(tenant)
-
-
-class ReadOnlyAdminMixin:
-    """Rows written only by ingestion: viewable, never added or changed here."""
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
 
 # --- Tenants and members -----------------------------------------------------------------------
 
@@ -153,15 +52,18 @@ class TenantAdmin(admin.ModelAdmin):
             )
         )
         tenant = admin_tenant(request)
-        if tenant is _UNSCOPED:
+        if tenant is UNSCOPED:
             return queryset
         return queryset.filter(pk=tenant.pk) if tenant is not None else queryset.none()
 
     def get_readonly_fields(self, request, obj=None):
+        # Retrieval settings change through the quality gate (quality's "Propose retrieval
+        # settings"), which first evaluates them on the tenant's judgment lists.
+        gated = ["retrieval_config"] if obj is not None else []
         if request.user.is_superuser:
-            return ["created_at"]
+            return ["created_at", *gated]
         # Changing the embedder needs a re-embed of every chunk: a superuser's job.
-        return ["slug", "embedder", "created_at"]
+        return ["slug", "embedder", "created_at", *gated]
 
     def has_add_permission(self, request):
         return request.user.is_superuser and super().has_add_permission(request)

@@ -1,7 +1,7 @@
 """REST API of the knowledge app: documents and ingestion jobs, always scoped to the caller's tenant.
 
 Views are thin: they parse input, call one service or selector, and shape output. Errors are
-``ApplicationError`` subclasses, which ``config.exception_handler`` turns into
+``ApplicationError`` subclasses, which ``core.api.api_exception_handler`` turns into
 ``{"error": {"code", "message"}}``.
 """
 
@@ -21,7 +21,8 @@ from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from knowledge.errors import PermissionDenied
+from core.api import ERRORS, ErrorSerializer
+from core.errors import PermissionDenied
 from knowledge.models import IngestionJob, Membership
 from knowledge.selectors import (
     document_get,
@@ -31,19 +32,6 @@ from knowledge.selectors import (
     tenant_for_user,
 )
 from knowledge.services import document_delete, upload_ingest
-
-
-class ErrorSerializer(serializers.Serializer):
-    """The one error shape of the API: ``{"error": {"code", "message"}}``."""
-
-    class ErrorBodySerializer(serializers.Serializer):
-        code = serializers.CharField()
-        message = serializers.JSONField()
-
-    error = ErrorBodySerializer()
-
-
-ERRORS = {code: ErrorSerializer for code in (400, 401, 403, 404)}
 
 
 def _editor_membership(user) -> Membership:

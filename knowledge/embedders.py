@@ -19,7 +19,7 @@ from typing import Protocol
 import numpy as np
 from django.conf import settings
 
-from knowledge.errors import UpstreamError
+from core.errors import UpstreamError
 
 
 class Embedder(Protocol):

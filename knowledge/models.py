@@ -7,22 +7,12 @@ Every table holding tenant data reaches its tenant in one hop, and every read go
 from __future__ import annotations
 
 from django.conf import settings
-from django.contrib.postgres.indexes import GinIndex
-from django.contrib.postgres.search import SearchVector, SearchVectorField
+from django.contrib.postgres.search import SearchVector
 from django.db import models
 from django.db.models import Q
 from pgvector.django import VectorField
 
-
-class TenantScopedQuerySet(models.QuerySet):
-    """The one place where tenant scoping is spelled out for ORM reads."""
-
-    tenant_path = "tenant"
-
-    def for_tenant(self, tenant: Tenant | int):
-        """Rows belonging to ``tenant`` (a ``Tenant`` or its id), and no others."""
-        tenant_id = tenant if isinstance(tenant, int) else tenant.pk
-        return self.filter(**{f"{self.tenant_path}_id": tenant_id})
+from core.tenancy import TenantScopedQuerySet
 
 
 class VersionQuerySet(TenantScopedQuerySet):
@@ -190,7 +180,7 @@ def _english_tsvector():
 
 
 class Chunk(models.Model):
-    """A retrievable span of a current version, with its embedding and full-text vector.
+    """A retrievable span of a current version, with its embedding and BM25 term frequencies.
 
     ``embedding`` has no fixed dimension so a tenant can switch embedding models; ``embedder``
     records which model produced it, and each model gets its own partial HNSW index over
@@ -208,11 +198,9 @@ class Chunk(models.Model):
     char_end = models.PositiveIntegerField()
     embedder = models.CharField(max_length=200)
     embedding = VectorField()
-    search_vector = models.GeneratedField(
-        expression=_english_tsvector(), output_field=SearchVectorField(), db_persist=True
-    )
-    # BM25 inputs, derived from the same English tsvector (stemmed, stop words removed):
-    # {lexeme: term frequency} and the chunk's length in lexemes (see knowledge/bm25.sql).
+    # BM25 inputs, derived from the English tsvector of heading and text (stemmed, stop words
+    # removed): {lexeme: term frequency} and the chunk's length in lexemes. kb_term_freqs and
+    # kb_term_count are SQL functions created by migrations 0002_bm25 and 0003_bm25_postings.
     term_freqs = models.GeneratedField(
         expression=models.Func(_english_tsvector(), function="kb_term_freqs"),
         output_field=models.JSONField(),
@@ -236,8 +224,6 @@ class Chunk(models.Model):
             ),
         ]
         indexes = [
-            # Lexical search: search_vector @@ tsquery, scoped by tenant afterwards.
-            GinIndex(fields=["search_vector"], name="chunk_search_vector_gin"),
             # Tenant scoping of lexical candidates and per-tenant statistics.
             models.Index(fields=["tenant", "embedder"], name="chunk_tenant_embedder_idx"),
         ]
@@ -281,8 +267,8 @@ class IngestionJob(models.Model):
 class TermStatistic(models.Model):
     """Document frequency of a lexeme among a tenant's chunks (BM25's IDF input).
 
-    Maintained by statement-level triggers on ``knowledge_chunk`` (knowledge/bm25.sql), so it
-    stays exact whatever path inserts or deletes chunks. Not edited by application code.
+    Maintained by statement-level triggers on ``knowledge_chunk`` (migration 0003_bm25_postings),
+    so it stays exact whatever path inserts or deletes chunks. Not edited by application code.
     """
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
@@ -305,7 +291,7 @@ class TermStatistic(models.Model):
 class Posting(models.Model):
     """One lexeme of one chunk: the inverted index that BM25 scoring scans.
 
-    Maintained by the statement-level triggers on ``knowledge_chunk`` (knowledge/bm25.sql), like
+    Maintained by the statement-level triggers on ``knowledge_chunk`` (0003_bm25_postings), like
     ``TermStatistic``; the primary key (tenant, lexeme, chunk) is the index a query walks for each
     of its lexemes. ``chunk_length`` copies ``Chunk.term_count`` so scoring never reads chunks.
     """

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db.models import Count, OuterRef, Prefetch, QuerySet, Subquery
 
-from knowledge.errors import InvalidInput, NotFound, PermissionDenied
+from core.errors import InvalidInput, NotFound, PermissionDenied
 from knowledge.models import Chunk, Document, DocumentVersion, IngestionJob, Membership, Source, Tenant
 
 

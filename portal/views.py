@@ -19,11 +19,11 @@ from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_GET, require_http_methods
 
-from knowledge.errors import ApplicationError, NotFound, PermissionDenied
+from core.errors import ApplicationError, NotFound, PermissionDenied
 from knowledge.selectors import chunk_list_for_version, document_get, tenant_for_user
-from retrieval.answers import question_answer
+from retrieval.pipeline import PIPELINE_NAMES, pipeline_answer
 
-# Same pattern as the one ``retrieval.answers`` writes citations with: "[n]".
+# Same pattern as the one the generate stage writes citations with: "[n]".
 _CITATION = re.compile(r"\[(\d{1,3})\]")
 
 
@@ -31,6 +31,11 @@ class AskForm(forms.Form):
     question = forms.CharField(
         max_length=2000,
         widget=forms.Textarea(attrs={"rows": 3, "autofocus": True, "placeholder": "Ask a question…"}),
+    )
+    pipeline = forms.ChoiceField(
+        choices=[("", "default")] + [(name, name) for name in PIPELINE_NAMES],
+        required=False,
+        help_text="How to search: the tenant's default, or a named pipeline.",
     )
 
 
@@ -76,7 +81,12 @@ def ask(request, tenant):
     context = {"form": form, "tenant": tenant}
     if form.is_valid():
         try:
-            answer = question_answer(tenant=tenant, question=form.cleaned_data["question"]).as_dict()
+            answer = pipeline_answer(
+                tenant=tenant,
+                question=form.cleaned_data["question"],
+                pipeline=form.cleaned_data["pipeline"] or None,
+                user=request.user,
+            ).as_dict()
         except ApplicationError as exc:
             form.add_error("question", exc.message)
         else:

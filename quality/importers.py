@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from knowledge.errors import InvalidInput
+from core.errors import InvalidInput
 from knowledge.ingestion.readers import ReadDocument, normalize_text
 
 

@@ -1,4 +1,4 @@
-"""REST API of retrieval: hybrid search and cited answers over the caller's tenant only."""
+"""REST API of retrieval: hybrid search and cited answers (through a named pipeline) over the caller's tenant only."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from knowledge.apis import ERRORS, ErrorSerializer
+from core.api import ERRORS, ErrorSerializer
 from knowledge.selectors import source_ids_for_names, tenant_for_user
-from retrieval.answers import question_answer
-from retrieval.search import MAX_QUERY_CHARS, MODES, chunk_search
+from retrieval.config import MAX_QUERY_CHARS, MODES
+from retrieval.pipeline import PIPELINE_NAMES, pipeline_answer
+from retrieval.search import chunk_search
 
 
 class ComponentsField(serializers.DictField):
@@ -85,11 +86,14 @@ class AskApi(APIView):
     class InputSerializer(serializers.Serializer):
         question = serializers.CharField(max_length=MAX_QUERY_CHARS)
         k = serializers.IntegerField(min_value=1, max_value=20, default=5)
-        strategy = serializers.ChoiceField(choices=("top_n", "window"), default="window")
-        window = serializers.IntegerField(min_value=0, max_value=10, default=1)
+        strategy = serializers.ChoiceField(choices=("top_n", "window"), required=False)
+        window = serializers.IntegerField(min_value=0, max_value=10, required=False)
         reverse_pack = serializers.BooleanField(default=True)
         extractive = serializers.BooleanField(default=False, help_text="Answer by quoting sentences, without the LLM.")
         sources = serializers.ListField(child=serializers.CharField(max_length=200), required=False, default=list)
+        pipeline = serializers.ChoiceField(
+            choices=PIPELINE_NAMES, required=False, help_text="Named pipeline; default: the tenant's (KB_PIPELINE)."
+        )
 
     @extend_schema_serializer(component_name="AskOutput")
     class OutputSerializer(serializers.Serializer):
@@ -100,8 +104,26 @@ class AskApi(APIView):
         answer = serializers.CharField()
         mode = serializers.ChoiceField(choices=("llm", "extractive"))
         found = serializers.BooleanField()
+
+        class StepSerializer(serializers.Serializer):
+            stage = serializers.CharField()
+            ms = serializers.FloatField()
+            error = serializers.CharField(required=False)
+
+        class UsageSerializer(serializers.Serializer):
+            llm_calls = serializers.IntegerField()
+            tokens_in = serializers.IntegerField()
+            tokens_out = serializers.IntegerField()
+            cost_usd = serializers.FloatField()
+
         citations = CitationSerializer(many=True)
         timings_ms = serializers.DictField(child=serializers.FloatField())
+        pipeline = serializers.CharField()
+        trace_id = serializers.IntegerField(allow_null=True, help_text="GET /api/v1/traces/<id>/ shows the run.")
+        degraded = serializers.BooleanField(help_text="True when the LLM failed and a fallback answered.")
+        degraded_reason = serializers.CharField(allow_blank=True)
+        steps = StepSerializer(many=True)
+        usage = UsageSerializer()
 
     @extend_schema(
         operation_id="ask",
@@ -113,14 +135,16 @@ class AskApi(APIView):
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        answer = question_answer(
+        run = pipeline_answer(
             tenant=tenant,
             question=data["question"],
+            pipeline=data.get("pipeline"),
+            user=request.user,
             k=data["k"],
-            strategy=data["strategy"],
-            window_size=data["window"],
+            strategy=data.get("strategy"),
+            window_size=data.get("window"),
             reverse_pack=data["reverse_pack"],
             use_llm=not data["extractive"],
             source_ids=source_ids_for_names(tenant=tenant, names=data["sources"]),
         )
-        return Response(self.OutputSerializer(answer.as_dict()).data)
+        return Response(self.OutputSerializer(run.as_dict()).data)

@@ -18,7 +18,7 @@ from pathlib import Path
 from django.utils.dateparse import parse_date, parse_datetime
 from django.utils.timezone import make_aware
 
-from knowledge.errors import InvalidInput, UnsupportedFileType
+from core.errors import InvalidInput, UnsupportedFileType
 
 SUPPORTED_EXTENSIONS = (
     ".txt",

@@ -2,13 +2,119 @@
 
 import django.contrib.postgres.search
 import django.db.models.deletion
-from pathlib import Path
 
 from django.db import migrations, models
 
-# Functions and triggers that derive BM25 inputs and keep term statistics exact (the
-# current knowledge/bm25.sql; 0003 rebuilds the derived tables for existing chunks).
-BM25_SQL = (Path(__file__).resolve().parent.parent / "bm25.sql").read_text()
+# Functions and triggers that derive BM25 inputs and keep term statistics exact: the text of
+# knowledge/bm25.sql when this migration was written, frozen here. 0003 replaces the statistics
+# function and triggers (adding postings) and rebuilds the derived tables for existing chunks.
+BM25_SQL = """\
+-- BM25 support inside PostgreSQL (applied by migration 0002_bm25).
+--
+-- kb_term_freqs / kb_term_count turn a tsvector into {lexeme: term frequency} and its total
+-- number of lexeme occurrences; Chunk.term_freqs and Chunk.term_count are generated from them.
+-- The statement-level trigger keeps knowledge_termstatistic (document frequency per lexeme per
+-- tenant) and knowledge_corpusstatistic (chunk count and total length per tenant) exact on every
+-- INSERT, UPDATE and DELETE of chunks, including ORM cascades.
+
+CREATE OR REPLACE FUNCTION kb_term_freqs(tsvector) RETURNS jsonb
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    SELECT COALESCE(jsonb_object_agg(lexeme, COALESCE(cardinality(positions), 1)), '{}'::jsonb)
+    FROM unnest($1)
+$$;
+
+CREATE OR REPLACE FUNCTION kb_term_count(tsvector) RETURNS integer
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    SELECT COALESCE(sum(COALESCE(cardinality(positions), 1)), 0)::integer FROM unnest($1)
+$$;
+
+CREATE OR REPLACE FUNCTION kb_chunk_statistics_apply(delta_sign integer, tenant_ids bigint[], freqs jsonb[], lengths integer[])
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    -- Rows are locked in (tenant, lexeme) order so concurrent ingestions cannot deadlock.
+    -- Additions upsert; removals update (an upsert would check df >= 0 on the candidate row).
+    IF delta_sign > 0 THEN
+        INSERT INTO knowledge_termstatistic (tenant_id, lexeme, df)
+        SELECT c.tenant_id, t.lexeme, count(*)
+        FROM unnest(tenant_ids, freqs) AS c(tenant_id, term_freqs), jsonb_object_keys(c.term_freqs) AS t(lexeme)
+        GROUP BY c.tenant_id, t.lexeme
+        ORDER BY c.tenant_id, t.lexeme
+        ON CONFLICT (tenant_id, lexeme) DO UPDATE SET df = knowledge_termstatistic.df + EXCLUDED.df;
+
+        INSERT INTO knowledge_corpusstatistic (tenant_id, chunk_count, term_count)
+        SELECT c.tenant_id, count(*), sum(c.len)
+        FROM unnest(tenant_ids, lengths) AS c(tenant_id, len)
+        GROUP BY c.tenant_id
+        ORDER BY c.tenant_id
+        ON CONFLICT (tenant_id) DO UPDATE SET
+            chunk_count = knowledge_corpusstatistic.chunk_count + EXCLUDED.chunk_count,
+            term_count = knowledge_corpusstatistic.term_count + EXCLUDED.term_count;
+    ELSE
+        PERFORM 1 FROM knowledge_termstatistic ts
+        WHERE ts.tenant_id = ANY(tenant_ids)
+          AND (ts.tenant_id, ts.lexeme) IN (
+              SELECT c.tenant_id, t.lexeme
+              FROM unnest(tenant_ids, freqs) AS c(tenant_id, term_freqs), jsonb_object_keys(c.term_freqs) AS t(lexeme))
+        ORDER BY ts.tenant_id, ts.lexeme
+        FOR UPDATE;
+        UPDATE knowledge_termstatistic ts SET df = ts.df - d.n
+        FROM (
+            SELECT c.tenant_id, t.lexeme, count(*) AS n
+            FROM unnest(tenant_ids, freqs) AS c(tenant_id, term_freqs), jsonb_object_keys(c.term_freqs) AS t(lexeme)
+            GROUP BY c.tenant_id, t.lexeme
+        ) AS d
+        WHERE ts.tenant_id = d.tenant_id AND ts.lexeme = d.lexeme;
+        DELETE FROM knowledge_termstatistic WHERE tenant_id = ANY(tenant_ids) AND df = 0;
+
+        UPDATE knowledge_corpusstatistic cs
+        SET chunk_count = cs.chunk_count - d.n, term_count = cs.term_count - d.len
+        FROM (
+            SELECT c.tenant_id, count(*) AS n, sum(c.len) AS len
+            FROM unnest(tenant_ids, lengths) AS c(tenant_id, len)
+            GROUP BY c.tenant_id
+        ) AS d
+        WHERE cs.tenant_id = d.tenant_id;
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION kb_chunk_statistics_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM kb_chunk_statistics_apply(1, array_agg(tenant_id), array_agg(term_freqs), array_agg(term_count))
+    FROM new_chunks HAVING count(*) > 0;
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION kb_chunk_statistics_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM kb_chunk_statistics_apply(-1, array_agg(tenant_id), array_agg(term_freqs), array_agg(term_count))
+    FROM old_chunks HAVING count(*) > 0;
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION kb_chunk_statistics_update() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM kb_chunk_statistics_apply(-1, array_agg(tenant_id), array_agg(term_freqs), array_agg(term_count))
+    FROM old_chunks HAVING count(*) > 0;
+    PERFORM kb_chunk_statistics_apply(1, array_agg(tenant_id), array_agg(term_freqs), array_agg(term_count))
+    FROM new_chunks HAVING count(*) > 0;
+    RETURN NULL;
+END
+$$;
+
+DROP TRIGGER IF EXISTS chunk_statistics_insert ON knowledge_chunk;
+CREATE TRIGGER chunk_statistics_insert AFTER INSERT ON knowledge_chunk
+    REFERENCING NEW TABLE AS new_chunks FOR EACH STATEMENT EXECUTE FUNCTION kb_chunk_statistics_insert();
+DROP TRIGGER IF EXISTS chunk_statistics_delete ON knowledge_chunk;
+CREATE TRIGGER chunk_statistics_delete AFTER DELETE ON knowledge_chunk
+    REFERENCING OLD TABLE AS old_chunks FOR EACH STATEMENT EXECUTE FUNCTION kb_chunk_statistics_delete();
+DROP TRIGGER IF EXISTS chunk_statistics_update ON knowledge_chunk;
+CREATE TRIGGER chunk_statistics_update AFTER UPDATE ON knowledge_chunk
+    REFERENCING OLD TABLE AS old_chunks NEW TABLE AS new_chunks
+    FOR EACH STATEMENT EXECUTE FUNCTION kb_chunk_statistics_update();
+"""
 
 
 class Migration(migrations.Migration):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from knowledge.errors import NotFound
+from core.errors import NotFound
 from knowledge.models import (
     Document,
     DocumentVersion,

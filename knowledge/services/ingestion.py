@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 from django.db import connection, transaction
 
+from core.errors import InvalidInput
 from knowledge.embedders import Embedder, get_embedder
-from knowledge.errors import InvalidInput
 from knowledge.ingestion.readers import SUPPORTED_EXTENSIONS, ReadDocument, read_path
 from knowledge.ingestion.splitters import Span, Splitter, get_splitter
 from knowledge.models import (

@@ -6,7 +6,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from knowledge.errors import InvalidInput
+from core.errors import InvalidInput
 from knowledge.models import (
     Membership,
     Source,

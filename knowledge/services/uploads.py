@@ -11,7 +11,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from knowledge.errors import InvalidInput, PayloadTooLarge
+from core.errors import InvalidInput, PayloadTooLarge
 from knowledge.ingestion.readers import read_bytes, read_path
 from knowledge.models import (
     IngestionJob,

@@ -5,8 +5,8 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import numpy as np
 import pytest
 
+from core.errors import UpstreamError
 from knowledge.embedders import LocalMiniLMEmbedder, OpenAIEmbedder, get_embedder
-from knowledge.errors import UpstreamError
 
 
 class EmbeddingsEndpoint(BaseHTTPRequestHandler):

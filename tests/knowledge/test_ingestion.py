@@ -3,7 +3,7 @@ from dataclasses import replace
 import pytest
 from django.db import IntegrityError
 
-from knowledge.errors import InvalidInput, UnsupportedFileType
+from core.errors import InvalidInput, UnsupportedFileType
 from knowledge.models import Chunk, Document, DocumentVersion
 from knowledge.services import document_delete, documents_ingest, paths_ingest
 from retrieval.search import chunk_search

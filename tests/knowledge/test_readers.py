@@ -1,6 +1,6 @@
 import pytest
 
-from knowledge.errors import InvalidInput, UnsupportedFileType
+from core.errors import InvalidInput, UnsupportedFileType
 from knowledge.ingestion.readers import read_bytes
 from knowledge.ingestion.splitters import MaxTokenSplitter, SentenceSplitter, SingleChunkSplitter
 

@@ -6,12 +6,14 @@ from quality.models import EvaluationRun
 from tests.factories import TenantFactory, UserFactory
 
 
-def _run(tenant, ndcg, per_query):
+def _run(tenant, ndcg, per_query, *, pipeline="simple", dataset="tiny", config=None, **metrics):
     return EvaluationRun.objects.create(
         tenant=tenant,
-        dataset="tiny",
+        dataset=dataset,
+        pipeline=pipeline,
         mode="hybrid",
-        metrics={"ndcg@10": ndcg, "queries": len(per_query)},
+        config=config or {},
+        metrics={"ndcg@10": ndcg, "queries": len(per_query), **metrics},
         per_query=[
             {"query_id": q, "question": f"Question {q}?", "metrics": {"ndcg@10": v}, "top": ["d1"]}
             for q, v in per_query
@@ -69,3 +71,90 @@ def test_staff_see_only_their_own_tenants_runs(client, admin_member, tenant):
     assert response.status_code == 200
     assert list(response.context["cl"].queryset) == [mine]
     assert client.get(reverse("admin:quality_evaluationrun_change", args=[theirs.pk])).status_code == 302
+
+
+def test_comparing_runs_of_two_pipelines_shows_each_pipeline_and_the_settings_that_differ(superuser_client, tenant):
+    search = {"fusion": "weighted", "dense_weight": 0.7}
+    run_a = _run(tenant, 0.5, [("q1", 1.0)], config={"name": "simple", "rewrites": [], "search": search})
+    run_b = _run(
+        tenant,
+        0.6,
+        [("q1", 1.0)],
+        pipeline="expand",
+        config={"name": "expand", "rewrites": ["expand"], "search": {**search, "fusion": "rrf"}},
+    )
+
+    response = superuser_client.post(
+        reverse("admin:quality_evaluationrun_changelist"),
+        {"action": "compare_runs", "_selected_action": [run_a.pk, run_b.pk]},
+    )
+
+    differences = response.context["comparison"]["config"]
+    assert differences["pipeline"] == {"a": "simple", "b": "expand"}
+    assert differences["search.fusion"] == {"a": "weighted", "b": "rrf"}
+    assert "search.dense_weight" not in differences
+    content = response.content.decode()
+    assert "<th>Pipeline</th><td>simple</td><td>expand</td>" in content
+    assert "search.fusion" in content
+
+
+def test_the_runs_can_be_filtered_by_pipeline(superuser_client, tenant):
+    _run(tenant, 0.5, [("q1", 1.0)])
+    hyde = _run(tenant, 0.6, [("q1", 1.0)], pipeline="hyde")
+
+    response = superuser_client.get(reverse("admin:quality_evaluationrun_changelist"), {"pipeline": "hyde"})
+
+    assert list(response.context["cl"].queryset) == [hyde]
+
+
+def test_the_quality_chart_draws_a_series_per_pipeline_of_the_admins_tenant_only(client, admin_member, tenant):
+    admin_member.user_permissions.add(Permission.objects.get(codename="view_evaluationrun"))
+    simple = [_run(tenant, n, [("q1", n)], p50_ms=12.5) for n in (0.5, 0.6)]
+    expand = [_run(tenant, n, [("q1", n)], pipeline="expand", p50_ms=40.0) for n in (0.7, 0.8)]
+    for run, recall in zip([*simple, *expand], (0.5, 0.6, 0.7, 0.8), strict=True):
+        run.metrics["recall@10"] = recall
+        run.save()
+    escaped = _run(tenant, 0.4, [("q1", 0.4)], dataset="<script>alert(1)</script>", p50_ms=10.0)
+    theirs = _run(TenantFactory(), 0.9, [("q1", 0.9)], pipeline="advanced", p50_ms=99.0)
+    client.force_login(admin_member)
+
+    response = client.get(reverse("admin:quality_evaluationrun_chart"))
+
+    assert response.status_code == 200
+    charts = {chart.metric: chart for chart in response.context["charts"]}
+    assert set(charts) == {"ndcg@10", "recall@10", "p50_ms"}
+    ndcg = {series.name: [m.run_id for m in series.markers] for series in charts["ndcg@10"].series}
+    assert ndcg == {"expand": [r.pk for r in expand], "simple": [simple[0].pk, simple[1].pk, escaped.pk]}
+    latency = {series.name: len(series.markers) for series in charts["p50_ms"].series}
+    assert latency == {"expand": 2, "simple": 3}
+    content = response.content.decode()
+    assert content.count('<div class="quality-chart">') == 3
+    assert 'data-series="simple"' in content and 'data-series="expand"' in content
+    assert f'data-run="{theirs.pk}"' not in content and "advanced" not in content
+    assert "<script>alert(1)</script>" not in content and "&lt;script&gt;alert(1)&lt;/script&gt;" in content
+
+
+def test_the_chart_can_be_narrowed_to_one_dataset(client, admin_member, tenant):
+    admin_member.user_permissions.add(Permission.objects.get(codename="view_evaluationrun"))
+    _run(tenant, 0.5, [("q1", 0.5)], dataset="bioasq")
+    kept = _run(tenant, 0.6, [("q1", 0.6)], dataset="handbook", pipeline="hyde")
+    client.force_login(admin_member)
+
+    response = client.get(reverse("admin:quality_evaluationrun_chart"), {"dataset": "handbook"})
+
+    [series] = response.context["charts"][0].series
+    assert series.name == "hyde" and [m.run_id for m in series.markers] == [kept.pk]
+
+
+def test_a_superuser_picks_a_tenant_for_the_chart(superuser_client, tenant):
+    run = _run(tenant, 0.5, [("q1", 0.5)])
+    url = reverse("admin:quality_evaluationrun_chart")
+
+    assert f"?tenant={tenant.slug}" in superuser_client.get(url).content.decode()
+    response = superuser_client.get(url, {"tenant": tenant.slug})
+    assert f'data-run="{run.pk}"' in response.content.decode()
+
+
+def test_the_changelist_links_to_the_chart(superuser_client):
+    response = superuser_client.get(reverse("admin:quality_evaluationrun_changelist"))
+    assert reverse("admin:quality_evaluationrun_chart") in response.content.decode()

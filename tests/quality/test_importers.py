@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from knowledge.errors import InvalidInput
+from core.errors import InvalidInput
 from quality.importers import dataset_load, load_beir, load_bioasq, load_hotpotqa, load_rag4p
 from tests.quality.conftest import write_jsonl
 

@@ -1,10 +1,11 @@
 import pytest
 
-from knowledge.errors import InvalidInput
+from core.errors import InvalidInput
 from knowledge.ingestion.readers import ReadDocument
 from knowledge.services import documents_ingest
 from quality.models import EvaluationRun, Judgment, JudgmentList
-from quality.services import evaluation_compare, evaluation_run, judgment_list_import
+from quality.services import config_diff, evaluation_compare, evaluation_run, judgment_list_import
+from tests.retrieval.doubles import ScriptedLLM
 
 OBVIOUS = [
     ("pasta", "How long do I boil spaghetti?", [{"document": "recipes/pasta", "grade": 1}]),
@@ -50,8 +51,45 @@ def test_obvious_questions_find_their_document_first(corpus):
     assert run.metrics["queries"] == 3
     assert {"ndcg@10", "recall@10", "recall@100", "precision@10", "p50_ms", "p95_ms"} <= set(run.metrics)
     assert run.per_query[0]["top"][0] == "recipes/pasta"
-    assert run.config["splitter"] == "max_tokens" and run.config["fusion"] in ("rrf", "weighted")
+    assert run.config["splitter"] == "max_tokens" and run.config["search"]["fusion"] in ("rrf", "weighted")
+    assert run.pipeline == "simple" and run.config["name"] == "simple"
     assert EvaluationRun.objects.for_tenant(corpus).get() == run
+
+
+def test_a_run_through_an_llm_pipeline_adds_up_the_llm_usage(corpus, monkeypatch):
+    llm = ScriptedLLM(chat_reply="Spaghetti boils in salted water for about ten minutes until al dente.")
+    monkeypatch.setattr("retrieval.pipeline.configured_llm", lambda: llm)
+    judgment_list = judgment_list_import(tenant=corpus, name="handbook", origin="manual", judgments=OBVIOUS)
+
+    run = evaluation_run(judgment_list=judgment_list, pipeline="hyde")
+
+    assert run.pipeline == "hyde" and run.config["rewrites"] == ["hyde"] and run.mode == "hybrid"
+    assert len(llm.calls) == 3
+    assert (run.metrics["llm_calls"], run.metrics["tokens_in"], run.metrics["tokens_out"]) == (3, 300, 30)
+    assert run.metrics["cost_usd"] == 0.0 and run.metrics["degraded"] == 0
+    assert run.metrics["p50_ms"] > 0 and run.metrics["p95_ms"] >= run.metrics["p50_ms"]
+    assert run.per_query[0]["usage"]["llm_calls"] == 1
+
+
+def test_overrides_and_mode_change_what_a_run_measures_and_records(corpus):
+    judgment_list = judgment_list_import(tenant=corpus, name="handbook", origin="manual", judgments=OBVIOUS)
+
+    run = evaluation_run(judgment_list=judgment_list, overrides={"fusion": "rrf", "rrf_k": 10}, mode="lexical")
+
+    assert run.mode == "lexical" and run.config["mode"] == "lexical"
+    assert run.config["search"]["fusion"] == "rrf" and run.config["search"]["rrf_k"] == 10
+    assert corpus.retrieval_config == {}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"pipeline": "magic"}, "Unknown pipeline"), ({"overrides": {"rrf_k": 0}}, "rrf_k"), ({"mode": "x"}, "mode")],
+)
+def test_a_run_with_a_bad_pipeline_or_setting_stores_nothing(corpus, kwargs, message):
+    judgment_list = judgment_list_import(tenant=corpus, name="handbook", origin="manual", judgments=OBVIOUS)
+    with pytest.raises(InvalidInput, match=message):
+        evaluation_run(judgment_list=judgment_list, **kwargs)
+    assert not EvaluationRun.objects.exists()
 
 
 def test_chunk_level_judgments_need_the_chunk_that_contains_the_text(corpus):
@@ -124,3 +162,24 @@ def test_comparing_runs_gives_metric_deltas_and_the_queries_that_changed(db):
     assert [row["query_id"] for row in comparison["better"]] == ["q2"]
     assert [(row["query_id"], row["delta"]) for row in comparison["worse"]] == [("q1", -0.5)]
     assert comparison["unchanged"] == 1
+
+
+def test_comparing_runs_of_two_pipelines_lists_the_settings_that_differ(db):
+    run_a = _run({"ndcg@10": 0.5}, [("q1", 1.0)])
+    run_b = _run({"ndcg@10": 0.6}, [("q1", 1.0)])
+    run_a.config = {"name": "simple", "rewrites": [], "search": {"fusion": "weighted", "rrf_k": 60}, "k": 100}
+    run_b.config = {"name": "expand", "rewrites": ["expand"], "search": {"fusion": "rrf", "rrf_k": 60}, "k": 100}
+    run_b.pipeline = "expand"
+
+    comparison = evaluation_compare(run_a=run_a, run_b=run_b)
+
+    assert comparison["config"] == {
+        "name": {"a": "simple", "b": "expand"},
+        "pipeline": {"a": "simple", "b": "expand"},
+        "rewrites": {"a": [], "b": ["expand"]},
+        "search.fusion": {"a": "weighted", "b": "rrf"},
+    }
+
+
+def test_a_setting_present_on_one_side_only_is_a_difference():
+    assert config_diff({"a": 1}, {"a": 1, "b": 2}) == {"b": {"a": None, "b": 2}}

@@ -1,32 +1,19 @@
-import socket
-import subprocess
+"""The pack and generate stages and the answers pipelines give: citations, not-found, degradation."""
 
 import pytest
-from django.conf import settings
 
-from knowledge.errors import InvalidInput
-from retrieval.answers import NOT_FOUND, cited_numbers, compose_context, question_answer
-from retrieval.llm import OpenAIChatModel
+from core.errors import InvalidInput
+from retrieval.llm import LLMClient, LLMTimeout
+from retrieval.pipeline import pipeline_answer
 from retrieval.search import chunk_search
-from retrieval.strategies import top_n, window
-
-
-class ScriptedChatModel:
-    """A chat-model double that records the prompt and replies with a fixed text."""
-
-    name = "scripted"
-
-    def __init__(self, reply: str):
-        self.reply = reply
-        self.messages = None
-
-    def complete(self, messages, *, max_tokens=512):
-        self.messages = messages
-        return self.reply
+from retrieval.stages.generate.cited import NOT_FOUND, answer_generate, cited_numbers
+from retrieval.stages.generate.extractive import answer_extract
+from retrieval.stages.pack import context_compose, top_n, window
+from tests.retrieval.doubles import ScriptedLLM
 
 
 def test_extractive_answers_cite_the_passage_each_sentence_comes_from(corpus):
-    answer = question_answer(tenant=corpus, question="How long should spaghetti cook?", use_llm=False)
+    answer = pipeline_answer(tenant=corpus, question="How long should spaghetti cook?", use_llm=False).answer
     assert answer.mode == "extractive"
     assert answer.text.startswith("Extractive answer")
     assert "nine to eleven minutes" in answer.text
@@ -61,63 +48,65 @@ def test_the_window_strategy_adds_the_neighbouring_chunks_of_the_same_version(te
 
 def test_reverse_packing_puts_the_best_passage_last_but_keeps_its_number(corpus):
     passages = top_n(chunk_search(tenant=corpus, query="boil spaghetti", k=3).results, n=3)
-    context = compose_context(passages, reverse_pack=True)
-    assert context.rfind("[1]") > context.rfind("[3]")
-    assert compose_context(passages, reverse_pack=False).startswith("[1]")
+    context = context_compose(passages, reverse_pack=True)
+    assert context.rfind('<passage n="1"') > context.rfind('<passage n="3"')
+    assert context_compose(passages, reverse_pack=False).startswith('<passage n="1"')
 
 
 def test_llm_answers_keep_only_citations_that_exist_in_the_context(corpus):
-    model = ScriptedChatModel("Boil it for nine to eleven minutes [1]. Serve hot [9].")
-    answer = question_answer(tenant=corpus, question="How long do I boil spaghetti?", chat_model=model, k=3)
+    llm = ScriptedLLM(chat_reply="Boil it for nine to eleven minutes [1]. Serve hot [9].")
+    run = pipeline_answer(tenant=corpus, question="How long do I boil spaghetti?", llm=llm, k=3)
+    answer = run.answer
     assert answer.mode == "llm"
     assert "[9]" not in answer.text
     assert [c.n for c in answer.citations] == [1]
     assert answer.citations[0].as_dict()["document"] == "recipes/pasta"
-    assert "Question: How long do I boil spaghetti?" in model.messages[1]["content"]
+    assert "The user's question: How long do I boil spaghetti?" in llm.calls[0][1][1]["content"]
+    assert run.usage.llm_calls == 1 and run.degraded is False
 
 
 def test_an_llm_that_finds_nothing_is_reported_as_not_found(corpus):
-    answer = question_answer(
-        tenant=corpus, question="What is the capital of Peru?", chat_model=ScriptedChatModel(NOT_FOUND)
-    )
-    assert answer.found is False
-    assert answer.citations == []
+    run = pipeline_answer(tenant=corpus, question="What is the capital of Peru?", llm=ScriptedLLM(chat_reply=NOT_FOUND))
+    assert run.answer.found is False
+    assert run.answer.citations == []
+
+
+def test_an_llm_that_times_out_degrades_to_a_cited_extractive_answer(corpus):
+    llm = ScriptedLLM(chat_reply=LLMTimeout("The LLM endpoint did not answer within 1 s."))
+    run = pipeline_answer(tenant=corpus, question="How long do I boil spaghetti?", llm=llm)
+    assert run.degraded is True
+    assert "generate" in run.degraded_reason and "did not answer" in run.degraded_reason
+    assert run.answer.mode == "extractive" and run.answer.citations
+    assert "LLM was unavailable" in run.answer.text
+    generate = next(step for step in run.steps if step.stage == "generate")
+    assert generate.error and generate.summary["fallback"] is True
 
 
 def test_bad_arguments_are_rejected(corpus):
     with pytest.raises(InvalidInput):
-        question_answer(tenant=corpus, question="pasta", strategy="sideways")
+        pipeline_answer(tenant=corpus, question="pasta", strategy="sideways")
+    with pytest.raises(InvalidInput):
+        pipeline_answer(tenant=corpus, question="pasta", pipeline="telepathy")
+    with pytest.raises(InvalidInput):
+        pipeline_answer(tenant=corpus, question="   ")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="session")
-def local_llm_url():
-    """The real local LLM server (llama.cpp + Gemma 3 270M) for end-to-end tests."""
-    from retrieval.local_llm import local_llm_start
-
-    port = _free_port()
-    process = local_llm_start(settings.KB_DATA_DIR, port=port)
-    yield f"http://127.0.0.1:{port}/v1"
-    process.terminate()
-    try:
-        process.wait(10)
-    except subprocess.TimeoutExpired:
-        process.kill()
+def test_the_generate_stage_alone_writes_a_cited_answer_from_passages(corpus):
+    passages = top_n(chunk_search(tenant=corpus, query="expense reports", k=2).results, n=2)
+    answer, usage = answer_generate(
+        "When are reports due?", passages, llm=ScriptedLLM(chat_reply="Within 30 days [1].")
+    )
+    assert [c.n for c in answer.citations] == [1] and usage.llm_calls == 1
+    extractive = answer_extract("When are reports due?", passages, embedder=corpus.embedder)
+    assert extractive.mode == "extractive" and extractive.citations
 
 
 def test_the_real_local_llm_answers_from_the_context_end_to_end(corpus, local_llm_url):
     from retrieval.local_llm import MODEL_ALIAS
 
-    model = OpenAIChatModel(MODEL_ALIAS, base_url=local_llm_url, api_key="local")
-    answer = question_answer(
-        tenant=corpus, question="How long do I boil spaghetti?", chat_model=model, k=2, strategy="top_n"
-    )
-    assert answer.mode == "llm"
-    assert answer.text.strip()
-    for citation in answer.citations:  # every citation the tiny model makes resolves to a passage
+    llm = LLMClient(MODEL_ALIAS, base_url=local_llm_url, api_key="local")
+    run = pipeline_answer(tenant=corpus, question="How long do I boil spaghetti?", llm=llm, k=2, strategy="top_n")
+    assert run.answer.mode == "llm", run.degraded_reason
+    assert run.answer.text.strip()
+    for citation in run.answer.citations:  # every citation the tiny model makes resolves to a passage
         assert 1 <= citation.n <= 2

@@ -7,7 +7,13 @@ from knowledge.ingestion.readers import ReadDocument
 from knowledge.ingestion.splitters import SingleChunkSplitter
 from knowledge.models import Chunk, CorpusStatistic, Document, Posting, TermStatistic
 from knowledge.services import document_delete, documents_ingest
-from retrieval.search import lexical_candidates
+from retrieval.stages.retrieve.filters import RetrievalFilter
+from retrieval.stages.retrieve.lexical import bm25_search
+
+
+def lexical_candidates(*, tenant, query, limit, **kwargs):
+    return bm25_search(where=RetrievalFilter.for_tenant(tenant), query=query, limit=limit, **kwargs)
+
 
 ALPHA = ReadDocument(external_id="alpha", title="Alpha", text="Cats chase mice.")
 BETA = ReadDocument(external_id="beta", title="Beta", text="Cats, cats sleep.")

@@ -1,6 +1,6 @@
 import pytest
 
-from knowledge.errors import InvalidInput
+from core.errors import InvalidInput
 from retrieval.search import chunk_search
 
 

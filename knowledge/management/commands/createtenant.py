@@ -1,8 +1,8 @@
-from knowledge.management.base import KnowledgeCommand
+from core.commands import TenantCommand
 from knowledge.services import tenant_create
 
 
-class Command(KnowledgeCommand):
+class Command(TenantCommand):
     help = "Create a tenant: manage.py createtenant SLUG [--name NAME]"
 
     def add_arguments(self, parser):

@@ -1,12 +1,12 @@
 import json
 from pathlib import Path
 
+from core.commands import TenantCommand
 from knowledge.ingestion.splitters import get_splitter
-from knowledge.management.base import KnowledgeCommand
 from knowledge.services import paths_ingest, source_get_or_create
 
 
-class Command(KnowledgeCommand):
+class Command(TenantCommand):
     help = "Ingest files or folders: manage.py ingest --tenant SLUG --source NAME PATH..."
 
     def add_arguments(self, parser):

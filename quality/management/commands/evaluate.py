@@ -5,16 +5,17 @@ from pathlib import Path
 
 from django.core.management.base import CommandError
 
-from knowledge.management.base import KnowledgeCommand
+from core.commands import TenantCommand
 from quality.importers import DATASETS, dataset_load
-from quality.services import dataset_evaluate
-from retrieval.search import MODES
+from quality.services import dataset_evaluate, dataset_evaluate_pipelines
+from retrieval.config import MODES
+from retrieval.pipeline import PIPELINE_NAMES
 
 
-class Command(KnowledgeCommand):
+class Command(TenantCommand):
     help = (
         "Evaluate retrieval on a dataset: manage.py evaluate --dataset rag4p "
-        "--path ../shared/datasets/rag4p-vasa [--mode hybrid] [--json] [--keep]"
+        "--path ../shared/datasets/rag4p-vasa [--mode hybrid] [--pipeline simple,expand,hyde] [--json] [--keep]"
     )
 
     def add_arguments(self, parser):
@@ -28,15 +29,42 @@ class Command(KnowledgeCommand):
             help="the JSON file (bioasq, hotpotqa; repeat to combine files) or the folder (rag4p, beir)",
         )
         parser.add_argument("--mode", default="hybrid", choices=MODES)
+        parser.add_argument(
+            "--pipeline",
+            help=(
+                f"comma-separated pipelines to compare on one ingestion ({', '.join(PIPELINE_NAMES)}); "
+                "prints one run per pipeline"
+            ),
+        )
         parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
         parser.add_argument("--keep", action="store_true", help="keep the evaluation tenant")
 
     def handle(self, *args, **o):
+        pipelines = None
+        if o["pipeline"] is not None:
+            pipelines = list(dict.fromkeys(name.strip() for name in o["pipeline"].split(",") if name.strip()))
+            unknown = [name for name in pipelines if name not in PIPELINE_NAMES]
+            if unknown or not pipelines:
+                raise CommandError(
+                    f"Unknown pipeline(s): {', '.join(unknown) or '(none given)'}; "
+                    f"valid names: {', '.join(PIPELINE_NAMES)}."
+                )
         missing = [str(p) for p in o["paths"] if not p.exists()]
         if missing:
             raise CommandError(f"No such file or folder: {', '.join(missing)}.")
         dataset = dataset_load(name=o["dataset"], paths=o["paths"])
         self.stderr.write(f"{dataset.name}: {len(dataset.documents)} documents, {len(dataset.judgments)} questions")
+        if pipelines is not None:
+            runs = dataset_evaluate_pipelines(
+                dataset=dataset,
+                pipelines=pipelines,
+                mode=o["mode"],
+                keep=o["keep"],
+                progress=True,
+                log=self.stderr.write,
+            )
+            self._report_pipelines(runs, dataset_name=dataset.name, mode=o["mode"], as_json=o["json"])
+            return
         run = dataset_evaluate(dataset=dataset, mode=o["mode"], keep=o["keep"], progress=True, log=self.stderr.write)
         if o["json"]:
             output = {
@@ -53,3 +81,28 @@ class Command(KnowledgeCommand):
         self.stdout.write(f"Run {run.pk} ({run.dataset}, {run.mode}): {metrics}")
         if run.tenant_id:
             self.stdout.write(f"Kept tenant {run.tenant.slug}.")
+
+    def _report_pipelines(self, runs, *, dataset_name: str, mode: str, as_json: bool) -> None:
+        tenant = next((run.tenant.slug for run in runs if run.tenant_id), None)
+        if as_json:
+            output = {
+                "dataset": dataset_name,
+                "tenant": tenant,
+                "mode": mode,
+                "runs": {
+                    run.pipeline: {
+                        "run_id": run.pk,
+                        "pipeline": run.pipeline,
+                        "metrics": run.metrics,
+                        "config": run.config,
+                    }
+                    for run in runs
+                },
+            }
+            self.stdout.write(json.dumps(output))
+            return
+        for run in runs:
+            metrics = "  ".join(f"{name} {value}" for name, value in run.metrics.items())
+            self.stdout.write(f"Run {run.pk} ({run.dataset}, {run.pipeline}, {run.mode}): {metrics}")
+        if tenant:
+            self.stdout.write(f"Kept tenant {tenant}.")

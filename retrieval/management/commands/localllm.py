@@ -22,4 +22,5 @@ class Command(BaseCommand):
             f"KB_LLM_MODEL={MODEL_ALIAS}"
         )
         command = local_llm_command(model, port=port)
+        os.chdir(settings.BASE_DIR)  # so ``-m retrieval.local_llm_server`` resolves
         os.execv(command[0], command)

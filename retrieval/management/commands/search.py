@@ -1,11 +1,11 @@
 import json
 
-from knowledge.management.base import KnowledgeCommand
+from core.commands import TenantCommand
 from knowledge.selectors import source_ids_for_names
 from retrieval.search import MODES, chunk_search
 
 
-class Command(KnowledgeCommand):
+class Command(TenantCommand):
     help = 'Search a tenant\'s chunks: manage.py search --tenant SLUG -k 10 --json "QUERY"'
 
     def add_arguments(self, parser):

@@ -1,7 +1,7 @@
 """The domain's error type and its single translation to an API response.
 
 Services raise ``ApplicationError`` subclasses with a stable ``code``; the DRF exception handler
-(``config.exception_handler``) turns them into ``{"error": {"code", "message"}}`` with the class's HTTP status, and management
+(``core.api.api_exception_handler``) turns them into ``{"error": {"code", "message"}}`` with the class's HTTP status, and management
 commands print the message and exit non-zero.
 """
 

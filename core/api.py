@@ -1,12 +1,27 @@
-"""The single DRF exception handler: one error shape for domain and framework errors."""
+"""The API's one error shape: its serializer (for the OpenAPI schema) and the single DRF exception handler."""
 
 from __future__ import annotations
 
 from rest_framework import exceptions as drf_exceptions
+from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
-from knowledge.errors import ApplicationError
+from core.errors import ApplicationError
+
+
+class ErrorSerializer(serializers.Serializer):
+    """The one error shape of the API: ``{"error": {"code", "message"}}``."""
+
+    class ErrorBodySerializer(serializers.Serializer):
+        code = serializers.CharField()
+        message = serializers.JSONField()
+
+    error = ErrorBodySerializer()
+
+
+# The error responses every endpoint documents; add 413, 415, 502 where they apply.
+ERRORS = {code: ErrorSerializer for code in (400, 401, 403, 404)}
 
 
 def api_exception_handler(exc, context):

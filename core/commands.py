@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from django.apps import apps
 from django.core.management.base import BaseCommand, CommandError
 
-from knowledge.errors import ApplicationError
-from knowledge.models import Tenant
+from core.errors import ApplicationError
 
 
-class KnowledgeCommand(BaseCommand):
+class TenantCommand(BaseCommand):
     """A command whose ``ApplicationError`` becomes ``CommandError`` (message, non-zero exit)."""
 
     def execute(self, *args, **options):
@@ -18,8 +18,9 @@ class KnowledgeCommand(BaseCommand):
             raise CommandError(exc.message) from exc
 
     @staticmethod
-    def tenant(slug: str) -> Tenant:
-        tenant = Tenant.objects.filter(slug=slug).first()
+    def tenant(slug: str):
+        """The ``knowledge.Tenant`` with ``slug``; ``CommandError`` naming the fix if there is none."""
+        tenant = apps.get_model("knowledge", "Tenant").objects.filter(slug=slug).first()
         if tenant is None:
             raise CommandError(f"No tenant {slug!r}; create it with `manage.py createtenant {slug}`.")
         return tenant

@@ -1,42 +1,31 @@
-"""Retrieval strategies: turn ranked chunks into context passages.
+"""Pack stage: turn ranked chunks into the context passages an answer is written from.
 
-From the RAG quality design (seed ``rag-quality-design.txt``):
+Strategies from the RAG quality design (seed ``rag-quality-design.txt``):
 
 * top-N: each of the top N chunks is a passage;
 * window: each top chunk grows to its ``window`` neighbours on either side within the same
   document version; windows of one version that touch or overlap merge into one passage
   (kept at the rank of its best chunk).
+
+``context_compose`` lays the passages out for a prompt, optionally in reverse order (reverse
+packing, seed ``advanced-rag-querying.txt``: the best passage last, nearest the question), each
+inside delimiters that mark it as untrusted data.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
 
 from django.db.models import Q
 
 from knowledge.models import Chunk, DocumentVersion, Tenant
-from retrieval.search import SearchResult
+from retrieval.types import Passage, SearchResult
 
-
-@dataclass
-class Passage:
-    """Context text from one document version: ``chunks`` are the chunk ordinals it covers.
-
-    ``anchor`` is the retrieved chunk (the one a citation points at); ``score`` its fused score.
-    """
-
-    anchor: Chunk
-    text: str
-    score: float
-    chunks: list[int] = field(default_factory=list)
-
-    @property
-    def version(self):
-        return self.anchor.version
-
-    @property
-    def document(self):
-        return self.anchor.version.document
+STRATEGIES = ("top_n", "window")
+# A citation-like marker ("[3]") inside a document's own text: neutralized so it can never pass
+# for one of the product's citations (prompt injection, forged references).
+_MARKER = re.compile(r"\[(\d{1,3})\]")
+_DELIMITER = re.compile(r"</?passage\b[^>]*>", re.IGNORECASE)
 
 
 def top_n(results: list[SearchResult], *, n: int) -> list[Passage]:
@@ -99,3 +88,27 @@ def window(tenant: Tenant, results: list[SearchResult], *, n: int, size: int = 1
 def _cut(text: str, version_id: int, neighbours: dict[tuple[int, int], Chunk], lo: int, hi: int) -> str:
     """The version's text from chunk ``lo``'s start to chunk ``hi``'s end."""
     return text[neighbours[(version_id, lo)].char_start : neighbours[(version_id, hi)].char_end]
+
+
+def text_defang(text: str) -> str:
+    """``text`` with citation-like ``[n]`` markers turned into ``(n)`` and passage delimiters removed.
+
+    Applied to every retrieved text before it reaches a prompt or an extractive answer, so a
+    document cannot forge the product's citations or close its own passage early.
+    """
+    return _DELIMITER.sub("", _MARKER.sub(r"(\1)", text))
+
+
+def context_compose(passages: list[Passage], *, reverse_pack: bool) -> str:
+    """The context block of a prompt: one ``<passage n="…" title="…">…</passage>`` per passage.
+
+    Passages are numbered by rank (``[1]`` is the best); with ``reverse_pack`` they are laid out
+    best-last. Titles and texts are defanged (``text_defang``): the block carries data only.
+    """
+    blocks = []
+    for n, passage in enumerate(passages, start=1):
+        title = text_defang(passage.anchor.heading or passage.document.title).replace('"', "'")
+        blocks.append(f'<passage n="{n}" title="{title}">\n{text_defang(passage.text.strip())}\n</passage>')
+    if reverse_pack:
+        blocks.reverse()
+    return "\n\n".join(blocks)

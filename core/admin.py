@@ -1,0 +1,112 @@
+"""Tenant isolation in the Django admin, shared by every app's ``admin.py``.
+
+A superuser sees and edits every tenant's rows. A staff user who is not a superuser is a
+*tenant admin*: every changelist, change page, foreign-key choice and list filter is limited to
+the tenant of their membership, and rows they create are forced into that tenant. The models'
+default managers must offer ``for_tenant`` (``core.tenancy.TenantScopedQuerySet``).
+"""
+
+from __future__ import annotations
+
+from django import forms
+from django.apps import apps
+from django.contrib import admin
+from django.contrib.auth import get_user_model
+
+UNSCOPED = object()
+
+
+def admin_tenant(request):
+    """The tenant a request's admin views are limited to: ``None`` for no rows at all, or
+    ``UNSCOPED`` for a superuser. Cached on the request."""
+    if not hasattr(request, "_admin_tenant"):
+        if request.user.is_superuser:
+            request._admin_tenant = UNSCOPED
+        else:
+            membership = (
+                apps.get_model("knowledge", "Membership")
+                .objects.select_related("tenant")
+                .filter(user=request.user)
+                .first()
+            )
+            request._admin_tenant = membership.tenant if membership else None
+    return request._admin_tenant
+
+
+def _is_tenant_filter(entry) -> bool:
+    field = entry[0] if isinstance(entry, (list, tuple)) else entry
+    return isinstance(field, str) and field.split("__")[-1] == "tenant"
+
+
+class TenantScopedForm(forms.ModelForm):
+    """Keeps a row's tenant fixed once created, and its source in the same tenant."""
+
+    def clean(self):
+        cleaned = super().clean()
+        instance = self.instance
+        tenant = cleaned.get("tenant") if "tenant" in self.fields else getattr(instance, "tenant", None)
+        if "tenant" in self.fields and instance.pk and tenant and tenant.pk != instance.tenant_id:
+            self.add_error("tenant", "A row cannot move to another tenant.")
+        source = cleaned.get("source")
+        if source is not None and tenant is not None and source.tenant_id != tenant.pk:
+            self.add_error("source", "The source belongs to another tenant.")
+        return cleaned
+
+
+class TenantScopedAdmin(admin.ModelAdmin):
+    """Limits a tenant model's admin to the user's tenant unless the user is a superuser.
+
+    The model's default manager must offer ``for_tenant`` (``TenantScopedQuerySet``).
+    """
+
+    form = TenantScopedForm
+
+    def get_queryset(self, request):
+        queryset = super().get_queryset(request)
+        tenant = admin_tenant(request)
+        if tenant is UNSCOPED:
+            return queryset
+        if tenant is None:
+            return queryset.none()
+        return queryset.for_tenant(tenant)
+
+    def get_list_filter(self, request):
+        filters = super().get_list_filter(request)
+        if admin_tenant(request) is UNSCOPED:
+            return filters
+        return [entry for entry in filters if not _is_tenant_filter(entry)]
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        tenant = admin_tenant(request)
+        if tenant is not UNSCOPED:
+            kwargs["queryset"] = _choices_for(db_field.related_model, tenant)
+            if db_field.related_model is apps.get_model("knowledge", "Tenant") and tenant is not None:
+                kwargs["initial"] = tenant.pk
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def save_model(self, request, obj, form, change):
+        tenant = admin_tenant(request)
+        if not change and tenant is not UNSCOPED and hasattr(obj, "tenant_id"):
+            obj.tenant = tenant
+        super().save_model(request, obj, form, change)
+
+
+def _choices_for(model, tenant):
+    """The rows of ``model`` a tenant admin of ``tenant`` may pick in a foreign-key field."""
+    if tenant is None:
+        return model._default_manager.none()
+    if model is apps.get_model("knowledge", "Tenant"):
+        return model.objects.filter(pk=tenant.pk)
+    if model is get_user_model():
+        return model._default_manager.filter(membership__tenant=tenant)
+    return model._default_manager.for_tenant(tenant)
+
+
+class ReadOnlyAdminMixin:
+    """Rows written only by ingestion: viewable, never added or changed here."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False

@@ -1,0 +1,25 @@
+"""Reads of the retrieval app: keyword-only selectors, every one scoped to a tenant."""
+
+from __future__ import annotations
+
+from django.db.models import Prefetch
+
+from core.errors import NotFound
+from retrieval.models import Trace, TraceStep
+
+
+def trace_get(*, tenant, trace_id: int) -> Trace:
+    """The tenant's trace ``trace_id`` with its user and its steps in run order.
+
+    ``NotFound`` if there is no such trace or it belongs to another tenant (the same error, so
+    an id of another tenant reveals nothing).
+    """
+    try:
+        return (
+            Trace.objects.for_tenant(tenant)
+            .select_related("user")
+            .prefetch_related(Prefetch("steps", queryset=TraceStep.objects.order_by("order")))
+            .get(pk=trace_id)
+        )
+    except Trace.DoesNotExist:
+        raise NotFound(f"Trace {trace_id} does not exist.")

@@ -1,0 +1,1 @@
+"""The stages a retrieval/answer pipeline is made of (see ``retrieval.pipeline``)."""

@@ -1,0 +1,59 @@
+"""The retrieval filter, built once and shared by the lexical and dense retrievers.
+
+A ``RetrievalFilter`` says which chunks a query may see: the tenant's, optionally only those of
+some sources (and, as later features land, only current-or-as-of versions and chunks the user's
+access rules allow). ``chunk_condition`` renders it as one composed SQL condition
+(``psycopg.sql``) over a chunk table alias, with named parameters, so both retrievers apply the
+very same rule inside their SQL, before ranking.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from psycopg import sql
+
+
+@dataclass(frozen=True)
+class RetrievalFilter:
+    """Which chunks a query may see. ``tenant_id`` is required; ``source_ids`` empty = all sources."""
+
+    tenant_id: int
+    source_ids: tuple[int, ...] = field(default=())
+
+    @classmethod
+    def for_tenant(cls, tenant, *, source_ids=None) -> RetrievalFilter:
+        return cls(tenant_id=tenant.pk, source_ids=tuple(sorted(set(source_ids or ()))))
+
+    @property
+    def narrows_tenant(self) -> bool:
+        """True when the filter keeps fewer chunks than "every chunk of the tenant"."""
+        return bool(self.source_ids)
+
+    def params(self) -> dict:
+        """The named parameters ``chunk_condition`` refers to."""
+        params: dict = {"filter_tenant": self.tenant_id}
+        if self.source_ids:
+            params["filter_sources"] = list(self.source_ids)
+        return params
+
+    def chunk_condition(self, alias: str = "c") -> sql.Composed:
+        """``<alias>.tenant_id = … AND …``: the condition a row of ``knowledge_chunk AS alias`` must meet."""
+        chunk = sql.Identifier(alias)
+        parts = [sql.SQL("{}.tenant_id = %(filter_tenant)s").format(chunk)]
+        if self.source_ids:
+            parts.append(
+                sql.SQL(
+                    "{}.version_id IN (SELECT fv.id FROM knowledge_documentversion fv"
+                    " JOIN knowledge_document fd ON fd.id = fv.document_id"
+                    " WHERE fd.tenant_id = %(filter_tenant)s AND fd.source_id = ANY(%(filter_sources)s))"
+                ).format(chunk)
+            )
+        return sql.SQL(" AND ").join(parts)
+
+    def summary(self) -> dict:
+        """A compact description for traces."""
+        data: dict = {"tenant": self.tenant_id}
+        if self.source_ids:
+            data["sources"] = list(self.source_ids)
+        return data

@@ -1,0 +1,14 @@
+"""Celery tasks of the retrieval app: thin wrappers that call a service."""
+
+from __future__ import annotations
+
+from celery import shared_task
+from django.conf import settings
+
+from retrieval.tracing import traces_prune
+
+
+@shared_task(time_limit=600, soft_time_limit=570)
+def traces_prune_task() -> int:
+    """Delete traces older than ``KB_TRACE_RETENTION_DAYS``; returns how many. Run daily by beat."""
+    return traces_prune(older_than_days=settings.KB_TRACE_RETENTION_DAYS)

@@ -1,0 +1,193 @@
+"""The data that flows through a retrieval/answer pipeline, stage to stage.
+
+A run is: question -> rewrite (``QueryPlan``) -> retrieve (``CandidateLists``) -> fuse and
+rerank (``list[SearchResult]``) -> pack (``list[Passage]``) -> generate (``Answer``). Every stage
+also reports a ``Step`` (name, milliseconds, a compact JSON summary) for the run's trace, and
+LLM stages add their calls to the run's ``Usage``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+Ranking = list[tuple[int, float]]  # (chunk id, score), best first
+
+
+@dataclass
+class Usage:
+    """LLM usage of a run or a stage: calls, prompt/completion tokens and cost in US dollars."""
+
+    llm_calls: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
+
+    def add(self, other: Usage) -> None:
+        """Add ``other``'s counts to this one (in place)."""
+        self.llm_calls += other.llm_calls
+        self.tokens_in += other.tokens_in
+        self.tokens_out += other.tokens_out
+        self.cost_usd += other.cost_usd
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "llm_calls": self.llm_calls,
+            "tokens_in": self.tokens_in,
+            "tokens_out": self.tokens_out,
+            "cost_usd": round(self.cost_usd, 6),
+        }
+
+
+@dataclass
+class Step:
+    """One stage's record in a trace: ``stage`` name, wall time in ms, a JSON-able ``summary``.
+
+    ``error`` holds the reason when the stage failed or degraded (then the pipeline went on
+    with a fallback); ``usage`` is the LLM usage of this stage alone.
+    """
+
+    stage: str
+    ms: float
+    summary: dict[str, Any] = field(default_factory=dict)
+    error: str = ""
+    usage: Usage = field(default_factory=Usage)
+
+    def as_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"stage": self.stage, "ms": round(self.ms, 2)}
+        if self.error:
+            data["error"] = self.error
+        return data
+
+
+@dataclass
+class QueryPlan:
+    """What the retrievers search for, as the rewrite stages leave it.
+
+    ``question`` is the user's text, untouched. ``lexical_query`` is the text BM25 analyses
+    (English stemming) and ``lexical_terms`` optional weighted lexemes that replace it (RM3, LLM
+    OR-expansion: ``{lexeme: weight}``). ``dense_text`` is the text the dense retriever embeds,
+    unless a stage set ``dense_vector`` (HyDE). ``notes`` are human-readable remarks for the trace.
+    """
+
+    question: str
+    lexical_query: str
+    dense_text: str
+    lexical_terms: dict[str, float] | None = None
+    dense_vector: list[float] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_question(cls, question: str) -> QueryPlan:
+        return cls(question=question, lexical_query=question, dense_text=question)
+
+
+@dataclass
+class CandidateLists:
+    """Each retriever's candidates, ``{"lexical": Ranking, "dense": Ranking}`` (either may be absent)."""
+
+    lists: dict[str, Ranking] = field(default_factory=dict)
+
+
+@dataclass
+class SearchResult:
+    """One ranked chunk with its fused score and each retriever's score and rank (1-based).
+
+    ``chunk`` is a ``knowledge.Chunk`` with its version, document and source loaded.
+    """
+
+    chunk: Any
+    score: float
+    rank: int
+    components: dict[str, dict[str, float | int]] = field(default_factory=dict)
+
+    def as_dict(self, *, with_text: bool = True) -> dict:
+        version = self.chunk.version
+        document = version.document
+        data = {
+            "rank": self.rank,
+            "document": document.external_id,
+            "document_id": document.pk,
+            "title": document.title,
+            "uri": document.uri,
+            "source": document.source.name,
+            "version": version.number,
+            "chunk": self.chunk.ordinal,
+            "chunk_id": self.chunk.pk,
+            "heading": self.chunk.heading,
+            "score": round(self.score, 6),
+            "components": self.components,
+        }
+        if with_text:
+            data["text"] = self.chunk.text
+        return data
+
+
+@dataclass
+class Passage:
+    """Context text from one document version: ``chunks`` are the chunk ordinals it covers.
+
+    ``anchor`` is the retrieved chunk (the one a citation points at); ``score`` its fused score.
+    """
+
+    anchor: Any
+    text: str
+    score: float
+    chunks: list[int] = field(default_factory=list)
+
+    @property
+    def version(self):
+        return self.anchor.version
+
+    @property
+    def document(self):
+        return self.anchor.version.document
+
+
+@dataclass
+class Citation:
+    """A numbered reference ``[n]`` to the passage (chunk and version) a claim comes from."""
+
+    n: int
+    passage: Passage
+
+    def as_dict(self) -> dict:
+        chunk = self.passage.anchor
+        document = self.passage.document
+        return {
+            "n": self.n,
+            "document": document.external_id,
+            "document_id": document.pk,
+            "title": document.title,
+            "uri": document.uri,
+            "version": self.passage.version.number,
+            "chunk": chunk.ordinal,
+            "chunk_id": chunk.pk,
+            "score": round(self.passage.score, 6),
+            "text": self.passage.text,
+        }
+
+
+@dataclass
+class Answer:
+    """An answer, its citations (the numbers used in the text) and timings in milliseconds.
+
+    ``mode`` is "llm" or "extractive"; ``found`` is false when the documents hold no answer.
+    """
+
+    question: str
+    text: str
+    mode: str
+    citations: list[Citation]
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    found: bool = True
+
+    def as_dict(self) -> dict:
+        return {
+            "question": self.question,
+            "answer": self.text,
+            "mode": self.mode,
+            "found": self.found,
+            "citations": [c.as_dict() for c in self.citations],
+            "timings_ms": self.timings_ms,
+        }

@@ -1,0 +1,41 @@
+"""A scripted LLM double with ``LLMClient``'s interface, for prompt and parsing logic only."""
+
+from __future__ import annotations
+
+import json
+
+from retrieval.llm import Completion, LLMError
+from retrieval.types import Usage
+
+
+class ScriptedLLM:
+    """Replies from a script: ``chat`` returns ``chat_reply``, ``structured``/``tool_call`` return dicts.
+
+    A reply that is an ``LLMError`` instance is raised instead. Every call's messages are
+    recorded in ``calls`` as ``(method, messages)``.
+    """
+
+    name = "scripted"
+
+    def __init__(self, *, chat_reply="", structured_reply=None, tool_reply=None):
+        self.chat_reply = chat_reply
+        self.structured_reply = structured_reply
+        self.tool_reply = tool_reply
+        self.calls: list[tuple[str, list[dict]]] = []
+
+    def _reply(self, method: str, messages, value):
+        self.calls.append((method, messages))
+        if isinstance(value, LLMError):
+            raise value
+        text = value if isinstance(value, str) else json.dumps(value)
+        usage = Usage(llm_calls=1, tokens_in=100, tokens_out=10, cost_usd=0.0)
+        return Completion(text=text, usage=usage, ms=1.0, model=self.name)
+
+    def chat(self, messages, *, max_tokens=512, temperature=0.0):
+        return self._reply("chat", messages, self.chat_reply)
+
+    def structured(self, messages, *, schema, name, max_tokens=512):
+        return self.structured_reply, self._reply("structured", messages, self.structured_reply)
+
+    def tool_call(self, messages, *, name, description, parameters, max_tokens=256):
+        return self.tool_reply, self._reply("tool_call", messages, self.tool_reply)
