@@ -352,8 +352,12 @@ class LLMClient:
         """``chat.completions.create`` with retries, backoff, circuit breaker and concurrency bound."""
         if "max_tokens" in params and self._max_tokens_param != "max_tokens":
             params[self._max_tokens_param] = params.pop("max_tokens")
+        # ``timeout_s`` is the budget of the whole call, retries included: no retry starts once
+        # it is spent, and each attempt may only use what is left of it.
+        deadline = time.monotonic() + self.timeout_s
+        params = {**params, "_deadline": deadline}
         retrying = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(self.retries + 1),
+            stop=tenacity.stop_after_attempt(self.retries + 1) | tenacity.stop_after_delay(self.timeout_s),
             wait=self._backoff,
             retry=tenacity.retry_if_exception(_worth_retrying),
             reraise=True,
@@ -377,13 +381,17 @@ class LLMClient:
                 f"not calling it for {breaker.seconds_until_trial():.0f} s."
             )
         failed = False
+        request = {k: v for k, v in params.items() if k != "_deadline"}
+        request["timeout"] = max(0.2, params["_deadline"] - time.monotonic())
         try:
             with self._slots:
-                return self._openai.chat.completions.create(model=self.model, **params)
+                return self._openai.chat.completions.create(model=self.model, **request)
         except openai.APIError as exc:
             error = _mapped(exc, self)
             failed = error.retryable
             raise error from exc
+        except ValueError as exc:  # a 200 whose body is not JSON (the client's parser raises)
+            raise LLMBadOutput(f"The LLM endpoint {_host(self.base_url)} sent a response that is not JSON.") from exc
         finally:
             if failed:
                 breaker.record_failure()

@@ -24,6 +24,7 @@ SYSTEM_PROMPT = (
     "Do not use outside knowledge. Be concise."
 )
 _CITATION = re.compile(r"\[(\d{1,3})\]")
+_DELIMITER = re.compile(r"</?passage\b[^>]*>", re.IGNORECASE)
 
 
 def answer_messages(question: str, passages: list[Passage], *, reverse_pack: bool) -> list[dict[str, str]]:
@@ -50,6 +51,7 @@ def cited_numbers(text: str, *, limit: int) -> list[int]:
 
 def answer_from_reply(question: str, text: str, passages: list[Passage]) -> Answer:
     """The ``Answer`` for an LLM reply: citations resolved, numbers outside the context dropped."""
+    text = _DELIMITER.sub("", text)  # a model that echoes the context's markup
     numbers = cited_numbers(text, limit=len(passages))
     found = NOT_FOUND.lower().rstrip(".") not in text.lower()
     text = _CITATION.sub(lambda m: m.group(0) if 1 <= int(m.group(1)) <= len(passages) else "", text)

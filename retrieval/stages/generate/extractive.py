@@ -18,7 +18,7 @@ from retrieval.stages.pack import text_defang
 from retrieval.types import Answer, Citation, Passage
 
 LABEL = "Extractive answer (no LLM configured); the most relevant passages say:"
-DEGRADED_LABEL = "Extractive answer (the LLM was unavailable); the most relevant passages say:"
+DEGRADED_LABEL = "Extractive answer (the LLM could not answer); the most relevant passages say:"
 _WORD = re.compile(r"[a-z0-9_]+")
 _STOP = frozenset(
     "a an and are as at be by can do does for from how i in is it my of on or the this to what when where which "
