@@ -24,37 +24,32 @@ reason.
 
 from __future__ import annotations
 
-import logging
 import time
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 
 from django.conf import settings
 
 from core.errors import InvalidInput
 from retrieval.config import MAX_QUERY_CHARS, MODES, SearchConfig
-from retrieval.llm import LLMBadOutput, LLMEmptyReply, LLMError, configured_llm
+from retrieval.flows import KINDS, flow_for
+from retrieval.llm import configured_llm
+from retrieval.run import RunContext, retrieval_stages
 from retrieval.stages import pack
-from retrieval.stages.fuse import candidates_fuse, results_fetch
-from retrieval.stages.generate.cited import NOT_FOUND, answer_generate
-from retrieval.stages.generate.extractive import DEGRADED_LABEL, answer_extract
-from retrieval.stages.retrieve.candidates import candidates_retrieve
 from retrieval.stages.retrieve.filters import RetrievalFilter
-from retrieval.stages.rewrite.expand import query_expand_llm, query_expand_rm3
-from retrieval.stages.rewrite.hyde import query_hyde
-from retrieval.stages.rewrite.rephrase import query_rephrase
 from retrieval.types import Answer, QueryPlan, SearchResult, Step, Usage
 
-logger = logging.getLogger(__name__)
-
-PIPELINE_NAMES = ("simple", "rephrase", "expand", "hyde", "advanced")
-REWRITES = {
-    "simple": (),
-    "rephrase": ("rephrase",),
-    "expand": ("expand",),
-    "hyde": ("hyde",),
-    "advanced": ("rephrase", "expand"),
+# name -> (flow kind, rewrite stages). A flow kind is how retrieval and generation are wired
+# (``retrieval.flows``); rewrite stages run first in every kind.
+PIPELINES = {
+    "simple": ("standard", ()),
+    "rephrase": ("standard", ("rephrase",)),
+    "expand": ("standard", ("expand",)),
+    "hyde": ("standard", ("hyde",)),
+    "advanced": ("standard", ("rephrase", "expand")),
 }
+PIPELINE_NAMES = tuple(PIPELINES)
+REWRITES = {name: rewrites for name, (_kind, rewrites) in PIPELINES.items()}
 EXPANSIONS = ("auto", "llm", "rm3")
 # ``llm`` argument default: the configured endpoint (``KB_LLM_MODEL``), or none.
 CONFIGURED = object()
@@ -64,7 +59,7 @@ CONFIGURED = object()
 class PipelineSpec:
     """A pipeline's full configuration. ``as_config()`` is what runs and traces record.
 
-    ``rewrites`` run in order; ``mode`` is hybrid, lexical or dense; ``strategy`` (top_n or
+    ``kind`` names the flow (``retrieval.flows.KINDS``); ``rewrites`` run in order; ``mode`` is hybrid, lexical or dense; ``strategy`` (top_n or
     window) and ``window_size`` shape the answer's context; ``expansion`` is auto (LLM when one
     is configured, else RM3), llm or rm3; ``rm3_*`` are RM3's parameters (Anserini defaults);
     ``llm_expansion_weight`` weighs LLM-added terms; ``hyde_mix`` is the HyDE passage's share of
@@ -72,6 +67,7 @@ class PipelineSpec:
     """
 
     name: str = "simple"
+    kind: str = "standard"
     rewrites: tuple[str, ...] = ()
     mode: str = "hybrid"
     strategy: str = "window"
@@ -140,7 +136,9 @@ def pipeline_spec(*, tenant, name: str | None = None, overrides: dict | None = N
     search_values = {"fusion": settings.KB_FUSION}
     search_values.update({k: v for k, v in wanted.items() if k not in _OPTION_RULES and k != "pipeline"})
     search = SearchConfig.from_dict(search_values)
-    return PipelineSpec(name=name, rewrites=REWRITES[name], search=search, **options)
+    kind, rewrites = PIPELINES[name]
+    assert kind in KINDS, kind
+    return PipelineSpec(name=name, kind=kind, rewrites=rewrites, search=search, **options)
 
 
 @dataclass
@@ -194,127 +192,6 @@ class AnswerRun:
         }
 
 
-class _Run:
-    """The mutable state of one run: its steps, usage, LLM and degradation reasons."""
-
-    def __init__(self, *, tenant, spec: PipelineSpec, where: RetrievalFilter, llm):
-        self.tenant = tenant
-        self.spec = spec
-        self.where = where
-        self.llm = llm
-        self.steps: list[Step] = []
-        self.usage = Usage()
-        self.reasons: list[str] = []
-        self.timings: dict[str, float] = {}
-
-    @contextmanager
-    def step(self, stage: str):
-        record = Step(stage=stage, ms=0.0)
-        started = time.perf_counter()
-        try:
-            yield record
-        finally:
-            record.ms = (time.perf_counter() - started) * 1000
-            self.steps.append(record)
-            self.usage.add(record.usage)
-
-    def llm_failed(self, stage: str, error: LLMError, step: Step) -> None:
-        """Record an LLM failure on ``step``. When the endpoint itself failed (timeout, refused,
-        5xx, open circuit) the rest of the run goes without the LLM; after a malformed or empty
-        reply the next stages may still call it."""
-        step.error = str(error)
-        if error.usage is not None:
-            step.usage = error.usage
-        self.reasons.append(f"{stage}: {error}")
-        if not isinstance(error, (LLMBadOutput, LLMEmptyReply)):
-            self.llm = None
-        logger.warning("Pipeline %s degraded at %s: %s", self.spec.name, stage, error)
-
-    @property
-    def degraded(self) -> bool:
-        return bool(self.reasons)
-
-
-def _rewrite(run: _Run, plan: QueryPlan, stage: str, *, history: list[str] | None) -> QueryPlan:
-    spec = run.spec
-    with run.step(stage) as step:
-        use_rm3 = stage == "expand" and (spec.expansion == "rm3" or (spec.expansion == "auto" and run.llm is None))
-        if not use_rm3 and run.llm is None:
-            reason = "LLM unavailable earlier in this run" if run.degraded else "no LLM configured"
-            if stage == "expand":  # LLM expansion asked for but impossible: the LLM-free counterpart
-                use_rm3 = True
-            else:
-                step.summary = {"skipped": reason}
-                return plan
-        try:
-            if use_rm3:
-                plan, step.usage, step.summary = query_expand_rm3(
-                    plan,
-                    where=run.where,
-                    config=spec.search,
-                    fb_docs=spec.rm3_fb_docs,
-                    fb_terms=spec.rm3_fb_terms,
-                    original_weight=spec.rm3_original_weight,
-                )
-            elif stage == "rephrase":
-                plan, step.usage, step.summary = query_rephrase(plan, llm=run.llm, history=history)
-            elif stage == "expand":
-                plan, step.usage, step.summary = query_expand_llm(plan, llm=run.llm, weight=spec.llm_expansion_weight)
-            else:
-                plan, step.usage, step.summary = query_hyde(
-                    plan, llm=run.llm, embedder=run.tenant.embedder, mix=spec.hyde_mix
-                )
-        except LLMError as exc:
-            run.llm_failed(stage, exc, step)
-            reply = {"llm_reply": exc.reply} if getattr(exc, "reply", None) else {}
-            if stage == "expand":
-                plan, _, summary = query_expand_rm3(plan, where=run.where, config=spec.search)
-                step.summary = {**summary, "fallback": "rm3", **reply}
-            else:
-                step.summary = {"fallback": "the question as asked", **reply}
-    return plan
-
-
-def _top(ranking, n: int = 20) -> list[list]:
-    return [[item, round(score, 5)] for item, score in ranking[:n]]
-
-
-def _retrieve(run: _Run, plan: QueryPlan, *, k: int, mode: str) -> list[SearchResult]:
-    spec = run.spec
-    limit = max(spec.search.candidates, k)
-    with run.step("retrieve") as step:
-        candidates, timings = candidates_retrieve(
-            plan, where=run.where, embedder=run.tenant.embedder, mode=mode, config=spec.search, limit=limit
-        )
-        run.timings.update(timings)
-        queries: dict = {}
-        if mode != "dense":
-            queries["lexical"] = (
-                {t: round(w, 4) for t, w in plan.lexical_terms.items()} if plan.lexical_terms else plan.lexical_query
-            )
-        if mode != "lexical":
-            queries["dense"] = "HyDE vector" if plan.dense_vector is not None else plan.dense_text
-        step.summary = {
-            "mode": mode,
-            "filter": run.where.summary(),
-            "queries": queries,
-            "candidates": {name: _top(ranked) for name, ranked in candidates.lists.items()},
-            "counts": {name: len(ranked) for name, ranked in candidates.lists.items()},
-        }
-    with run.step("fuse") as step:
-        started = time.perf_counter()
-        ranking = candidates_fuse(candidates, spec.search)
-        run.timings["fusion_ms"] = (time.perf_counter() - started) * 1000
-        started = time.perf_counter()
-        results = results_fetch(tenant=run.tenant, ranking=ranking, candidates=candidates, k=k)
-        run.timings["fetch_ms"] = (time.perf_counter() - started) * 1000
-        step.summary = {
-            "fusion": spec.search.fusion if len(candidates.lists) > 1 else "none",
-            "kept": [[r.chunk.pk, round(r.score, 5)] for r in results[:20]],
-        }
-    return results
-
-
 def _question_check(question: str, *, label: str = "question") -> str:
     question = (question or "").strip()
     if not question:
@@ -334,13 +211,6 @@ def _spec_for(tenant, pipeline, overrides) -> PipelineSpec:
     if isinstance(pipeline, PipelineSpec):
         return pipeline
     return pipeline_spec(tenant=tenant, name=pipeline, overrides=overrides)
-
-
-def _run_retrieval(run: _Run, question: str, *, k: int, mode: str, history) -> tuple[QueryPlan, list[SearchResult]]:
-    plan = QueryPlan.from_question(question)
-    for stage in run.spec.rewrites:
-        plan = _rewrite(run, plan, stage, history=history)
-    return plan, _retrieve(run, plan, k=k, mode=mode)
 
 
 def pipeline_retrieve(
@@ -371,9 +241,9 @@ def pipeline_retrieve(
     if mode not in MODES:
         raise InvalidInput(f"Unknown mode {mode!r}; use one of {', '.join(MODES)}.")
     where = RetrievalFilter.for_tenant(tenant, source_ids=source_ids)
-    run = _Run(tenant=tenant, spec=spec, where=where, llm=_llm_for(llm, use_llm))
+    run = RunContext(tenant=tenant, spec=spec, where=where, llm=_llm_for(llm, use_llm))
     started = time.perf_counter()
-    plan, results = _run_retrieval(run, query, k=k, mode=mode, history=history)
+    plan, results = retrieval_stages(run, query, k=k, mode=mode, history=history)
     total_ms = (time.perf_counter() - started) * 1000
     return RetrievalRun(
         pipeline=spec.name,
@@ -405,6 +275,7 @@ def pipeline_answer(
     llm=CONFIGURED,
     history: list[str] | None = None,
     trace: bool | None = None,
+    on_event: Callable[[str, dict], None] | None = None,
 ) -> AnswerRun:
     """Answer ``question`` from the tenant's documents with numbered citations, through a pipeline.
 
@@ -412,7 +283,10 @@ def pipeline_answer(
     the pipeline's) with ``window_size`` neighbours. The answer is the LLM's (``llm``, default the
     configured one) or extractive (no LLM, ``use_llm=False``, or the LLM failed: then
     ``degraded``). A trace is saved after the answer unless ``trace`` is false (default
-    ``KB_TRACING``); ``user`` is recorded on it. ``InvalidInput`` for bad arguments.
+    ``KB_TRACING``); ``user`` is recorded on it. ``on_event(event, data)``, when given, is called
+    as the run goes: ``"step"`` after each stage (``{"stage", "ms", "summary", "error"?}``) and
+    ``"token"`` for each piece of a streamed LLM answer (``{"text"}``); the LLM answer is then
+    streamed. ``InvalidInput`` for bad arguments.
     """
     question = _question_check(question)
     if not 1 <= k <= 20:
@@ -425,42 +299,12 @@ def pipeline_answer(
             window_size=_option("window_size", window_size) if window_size is not None else spec.window_size,
         )
     where = RetrievalFilter.for_tenant(tenant, source_ids=source_ids)
-    run = _Run(tenant=tenant, spec=spec, where=where, llm=_llm_for(llm, use_llm))
+    run = RunContext(tenant=tenant, spec=spec, where=where, llm=_llm_for(llm, use_llm), emit=on_event)
     started = time.perf_counter()
-    plan, results = _run_retrieval(run, question, k=k, mode=spec.mode, history=history)
-    search_ms = (time.perf_counter() - started) * 1000
-
-    with run.step("pack") as step:
-        if spec.strategy == "window":
-            passages = pack.window(tenant, results, n=k, size=spec.window_size)
-        else:
-            passages = pack.top_n(results, n=k)
-        step.summary = {
-            "strategy": spec.strategy,
-            "window": spec.window_size if spec.strategy == "window" else None,
-            "reverse_pack": reverse_pack,
-            "passages": [{"chunk_id": p.anchor.pk, "chunks": p.chunks} for p in passages],
-        }
-
-    answer_started = time.perf_counter()
-    with run.step("generate") as step:
-        if not passages:
-            answer = Answer(question=question, text=NOT_FOUND, mode="extractive", citations=[], found=False)
-            step.summary = {"mode": "none", "reason": "no passages"}
-        else:
-            answer = None
-            if run.llm is not None:
-                try:
-                    answer, step.usage = answer_generate(question, passages, llm=run.llm, reverse_pack=reverse_pack)
-                    step.summary = {"mode": "llm", "model": getattr(run.llm, "name", ""), "reply": answer.text}
-                except LLMError as exc:
-                    run.llm_failed("generate", exc, step)
-            if answer is None:
-                label = DEGRADED_LABEL if run.degraded else None
-                kwargs = {"label": label} if label else {}
-                answer = answer_extract(question, passages, embedder=tenant.embedder, **kwargs)
-                step.summary = {"mode": "extractive", **({"fallback": True} if run.degraded else {})}
-        step.summary["citations"] = [c.n for c in answer.citations]
+    flow = flow_for(spec.kind)(run, question, k=k, reverse_pack=reverse_pack, history=history)
+    plan, results, answer = flow.plan, flow.results, flow.answer
+    search_ms = flow.search_ms
+    answer_started = started + search_ms / 1000
     total_ms = (time.perf_counter() - started) * 1000
     answer.timings_ms = {
         "search_ms": round(search_ms, 2),

@@ -22,6 +22,7 @@ class ScriptedLLM:
         self.structured_reply = structured_reply
         self.tool_reply = tool_reply
         self.calls: list[tuple[str, list[dict]]] = []
+        self.last_stream_usage = None
 
     def _reply(self, method: str, messages, value):
         self.calls.append((method, messages))
@@ -33,6 +34,12 @@ class ScriptedLLM:
 
     def chat(self, messages, *, max_tokens=512, temperature=0.0):
         return self._reply("chat", messages, self.chat_reply)
+
+    def stream(self, messages, *, max_tokens=512):
+        completion = self._reply("stream", messages, self.chat_reply)
+        self.last_stream_usage = completion.usage
+        for word in completion.text.split(" "):
+            yield word + " "
 
     def structured(self, messages, *, schema, name, max_tokens=512):
         return self.structured_reply, self._reply("structured", messages, self.structured_reply)

@@ -253,3 +253,46 @@ def test_a_closed_llm_port_degrades_to_an_extractive_answer_quickly(corpus, sett
     run = pipeline_answer(tenant=corpus, question="How do I fix a flat bicycle tyre?", pipeline="advanced", llm=llm)
     assert time.monotonic() - started < 2 + 2
     assert run.degraded and run.answer.mode == "extractive" and run.answer.citations
+
+
+def test_the_retrieve_and_fuse_stages_work_alone_on_a_query_plan(corpus):
+    from retrieval.stages.fuse import candidates_fuse, results_fetch
+    from retrieval.stages.retrieve.candidates import candidates_retrieve
+
+    plan = QueryPlan.from_question("salted water for spaghetti")
+    config = SearchConfig()
+    candidates, timings = candidates_retrieve(
+        plan, where=RetrievalFilter.for_tenant(corpus), embedder=corpus.embedder, mode="hybrid", config=config, limit=5
+    )
+    assert set(candidates.lists) == {"lexical", "dense"} and {"lexical_ms", "embed_ms", "dense_ms"} <= set(timings)
+    ranking = candidates_fuse(candidates, config)
+    results = results_fetch(tenant=corpus, ranking=ranking, candidates=candidates, k=2)
+    assert results[0].chunk.version.document.external_id == "recipes/pasta"
+    assert set(results[0].components) == {"lexical", "dense"} and results[0].rank == 1
+
+
+def test_the_real_local_llm_reading_an_injected_document_is_recorded_not_obeyed(corpus, source, local_llm_url):
+    from retrieval.local_llm import MODEL_ALIAS
+    from retrieval.models import Trace
+
+    documents_ingest(tenant=corpus, source=source, documents=[INJECTION])
+    llm = LLMClient(MODEL_ALIAS, base_url=local_llm_url, api_key="local")
+    run = pipeline_answer(tenant=corpus, question="How should I salt pasta water?", llm=llm, k=2, strategy="top_n")
+    generate = Trace.objects.get(pk=run.trace_id).steps.get(stage="generate")
+    assert generate.summary["mode"] == "llm" and generate.summary["reply"] == run.answer.text  # recorded
+    assert all(c.n in (1, 2) for c in run.answer.citations)  # whatever it says, only real passages are cited
+
+
+def test_a_run_with_an_event_callback_reports_each_step_and_streams_the_answer(corpus):
+    events = []
+    llm = ScriptedLLM(chat_reply="Patch the inner tube [1].")
+    run = pipeline_answer(
+        tenant=corpus, question="flat tyre?", llm=llm, trace=False, on_event=lambda e, d: events.append((e, d))
+    )
+    kinds = [event for event, _ in events]
+    assert kinds[:3] == ["step", "step", "step"]  # retrieve, fuse, pack before any token
+    assert [d["stage"] for e, d in events if e == "step"] == ["retrieve", "fuse", "pack", "generate"]
+    streamed = "".join(d["text"] for e, d in events if e == "token")
+    assert streamed.strip() == "Patch the inner tube [1]."
+    assert run.answer.text == "Patch the inner tube [1]." and [c.n for c in run.answer.citations] == [1]
+    assert llm.calls[0][0] == "stream" and run.usage.llm_calls == 1

@@ -1,0 +1,23 @@
+"""Flows: how a pipeline wires its stages from the question to the answer.
+
+Each flow is ``flow(run, question, *, k, reverse_pack, history) -> Flow``, given a
+``retrieval.run.RunContext`` (spec, filter, LLM, steps). ``standard`` is rewrite -> retrieve ->
+fuse -> pack -> generate; other kinds (SuperRAG's LLM scoring, WalkingRAG's rounds) register
+here.
+"""
+
+from __future__ import annotations
+
+from retrieval.flows.base import Flow
+from retrieval.flows.standard import standard_flow
+
+FLOWS = {"standard": standard_flow}
+KINDS = tuple(FLOWS)
+
+
+def flow_for(kind: str):
+    """The flow function of ``kind``; ``KeyError`` for an unknown kind (a programming error)."""
+    return FLOWS[kind]
+
+
+__all__ = ["FLOWS", "KINDS", "Flow", "flow_for"]
