@@ -78,6 +78,12 @@ class PipelineSpec:
     rm3_original_weight: float = 0.5
     llm_expansion_weight: float = 0.5
     hyde_mix: float = 0.5
+    # SuperRAG (seed superrag.txt): candidates the LLM scores, passages kept, confidence floor.
+    superrag_candidates: int = 50
+    superrag_keep: int = 5
+    superrag_threshold: float = 0.5
+    # WalkingRAG (seed walkingrag-multi-turn.txt): rounds at most.
+    walk_max_rounds: int = 3
     search: SearchConfig = field(default_factory=SearchConfig)
 
     def as_config(self) -> dict:
@@ -96,6 +102,10 @@ _OPTION_RULES = {
     "rm3_original_weight": (0.0, 1.0),
     "llm_expansion_weight": (0.0, 1.0),
     "hyde_mix": (0.0, 1.0),
+    "superrag_candidates": (1, 200),
+    "superrag_keep": (1, 20),
+    "superrag_threshold": (0.0, 1.0),
+    "walk_max_rounds": (1, 10),
 }
 SETTING_KEYS = ("pipeline", *_OPTION_RULES, *(f.name for f in fields(SearchConfig)))
 

@@ -8,16 +8,21 @@ here.
 
 from __future__ import annotations
 
-from retrieval.flows.base import Flow
-from retrieval.flows.standard import standard_flow
+from django.utils.module_loading import import_string
 
-FLOWS = {"standard": standard_flow}
+from retrieval.flows.base import Flow
+
+# kind -> dotted path of its flow function (imported on first use, so flows may import the
+# pipeline's helpers without a cycle).
+FLOWS = {
+    "standard": "retrieval.flows.standard.standard_flow",
+}
 KINDS = tuple(FLOWS)
 
 
 def flow_for(kind: str):
     """The flow function of ``kind``; ``KeyError`` for an unknown kind (a programming error)."""
-    return FLOWS[kind]
+    return import_string(FLOWS[kind])
 
 
 __all__ = ["FLOWS", "KINDS", "Flow", "flow_for"]
