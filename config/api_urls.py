@@ -4,6 +4,7 @@ from django.urls import include, path
 
 from knowledge.apis import DocumentDetailApi, DocumentListApi, JobDetailApi
 from retrieval.apis import AskApi, SearchApi
+from retrieval.stream_apis import AskStreamApi
 from retrieval.trace_apis import TraceDetailApi
 
 app_name = "api"
@@ -14,6 +15,7 @@ urlpatterns = [
     path("jobs/<int:job_id>/", JobDetailApi.as_view(), name="job-detail"),
     path("search/", SearchApi.as_view(), name="search"),
     path("ask/", AskApi.as_view(), name="ask"),
+    path("ask/stream/", AskStreamApi.as_view(), name="ask-stream"),
     path("traces/<int:trace_id>/", TraceDetailApi.as_view(), name="trace-detail"),
     path("settings/retrieval/", include("quality.api_urls")),
 ]

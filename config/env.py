@@ -50,6 +50,22 @@ def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
     return number
 
 
+def env_float(name: str, default: float, *, minimum: float | None = None) -> float:
+    """Return the variable as a float, at least ``minimum`` when one is given."""
+    value = env_str(name)
+    if not value:
+        return default
+    try:
+        number = float(value)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}={value!r} is not a number.") from exc
+    if number != number or number in (float("inf"), float("-inf")):
+        raise ImproperlyConfigured(f"{name}={value!r} is not a finite number.")
+    if minimum is not None and number < minimum:
+        raise ImproperlyConfigured(f"{name}={number} must be at least {minimum}.")
+    return number
+
+
 def env_list(name: str, default: list[str]) -> list[str]:
     """Return a comma-separated variable as a list of non-empty stripped items."""
     value = env_str(name)

@@ -14,6 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 from config.env import (
     env_bool,
     env_choice,
+    env_float,
     env_int,
     env_json,
     env_list,
@@ -144,9 +145,16 @@ KB_EMBED_BATCH_SIZE = env_int("KB_EMBED_BATCH_SIZE", 64, minimum=1)
 KB_MAX_UPLOAD_BYTES = env_int("KB_MAX_UPLOAD_BYTES", 20 * 1024 * 1024, minimum=1024)
 KB_FUSION = env_choice("KB_FUSION", "weighted", ["rrf", "weighted", "tm2c2", "dbsf"])
 # The answer pipeline a tenant uses unless its retrieval_config or the request names another.
-KB_PIPELINE = env_choice("KB_PIPELINE", "simple", ["simple", "rephrase", "expand", "hyde", "advanced"])
+KB_PIPELINE = env_choice(
+    "KB_PIPELINE", "simple", ["simple", "rephrase", "expand", "hyde", "advanced", "superrag", "walkingrag", "adaptive"]
+)
+# Budget of one multi-round answer run (WalkingRAG): wall time in ms and LLM cost in USD; the walk
+# stops starting rounds once either is spent, then answers from what it gathered.
+KB_BUDGET_MS = env_int("KB_BUDGET_MS", 60000, minimum=1)
+KB_BUDGET_USD = env_float("KB_BUDGET_USD", 0.05, minimum=0.0)
 # Record a trace of every answer run (retrieval.tracing); off only for measuring its cost.
 KB_TRACING = env_bool("KB_TRACING", True)
+KB_SCORE_ANSWERS = env_bool("KB_SCORE_ANSWERS", False)  # answer-quality scores on every answer (retrieval.stages.score)
 KB_TRACE_RETENTION_DAYS = env_int("KB_TRACE_RETENTION_DAYS", 30, minimum=1)  # days answer traces are kept
 DATA_UPLOAD_MAX_MEMORY_SIZE = KB_MAX_UPLOAD_BYTES + 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2_621_440

@@ -1,4 +1,4 @@
-"""Portal URLs: sign in and out, ask a question, read a cited document."""
+"""Portal URLs: sign in and out, ask a question (or stream its answer), read a cited document."""
 
 from django.contrib.auth import views as auth_views
 from django.urls import path
@@ -14,5 +14,6 @@ urlpatterns = [
     ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", views.ask, name="ask"),
+    path("ask/stream/", views.ask_stream, name="ask-stream"),
     path("documents/<int:document_id>/", views.document_detail, name="document"),
 ]

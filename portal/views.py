@@ -12,16 +12,18 @@ from functools import wraps
 
 from django import forms
 from django.contrib.auth.decorators import login_required
-from django.http import Http404
+from django.http import Http404, JsonResponse, StreamingHttpResponse
 from django.shortcuts import render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString
-from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from core.errors import ApplicationError, NotFound, PermissionDenied
 from knowledge.selectors import chunk_list_for_version, document_get, tenant_for_user
 from retrieval.pipeline import PIPELINE_NAMES, pipeline_answer
+from retrieval.streaming import CONTENT_TYPE, HEADERS, answer_events
 
 # Same pattern as the one the generate stage writes citations with: "[n]".
 _CITATION = re.compile(r"\[(\d{1,3})\]")
@@ -90,13 +92,48 @@ def ask(request, tenant):
         except ApplicationError as exc:
             form.add_error("question", exc.message)
         else:
-            citations = [{**c, "url": citation_url(c)} for c in answer["citations"]]
-            context.update(
-                answer=answer,
-                answer_html=answer_with_links(answer["answer"], {c["n"]: c["url"] for c in citations}),
-                citations=citations,
-            )
+            context.update(answer_context(answer))
     return render(request, "portal/ask.html", context)
+
+
+def answer_context(answer: dict) -> dict:
+    """What ``portal/_answer.html`` renders: ``answer`` (``AnswerRun.as_dict()``), its text as
+    escaped HTML with linked ``[n]`` (``answer_html``) and its ``citations`` with their ``url``."""
+    citations = [{**c, "url": citation_url(c)} for c in answer["citations"]]
+    return {
+        "answer": answer,
+        "answer_html": answer_with_links(answer["answer"], {c["n"]: c["url"] for c in citations}),
+        "citations": citations,
+    }
+
+
+@require_POST
+@tenant_required
+def ask_stream(request, tenant):
+    """The ask form's answer as Server-Sent Events (``retrieval.streaming.answer_events``), for
+    the page's script: ``step`` and ``token`` events as the run goes, then ``answer`` carrying
+    ``html``, the answer rendered by ``portal/_answer.html`` exactly as the page renders it.
+
+    Session sign-in and CSRF token required (a POST). An invalid form is a JSON 400
+    ``{"error": {"code": "invalid_input", "message": {field: [messages]}}}`` before streaming.
+    """
+    form = AskForm(request.POST)
+    if not form.is_valid():
+        errors = {field: [str(m) for m in messages] for field, messages in form.errors.items()}
+        return JsonResponse({"error": {"code": "invalid_input", "message": errors}}, status=400)
+
+    def present(answer: dict) -> dict:
+        html = render_to_string("portal/_answer.html", answer_context(answer), request=request)
+        return {**answer, "html": html}
+
+    events = answer_events(
+        tenant=tenant,
+        user=request.user,
+        present=present,
+        question=form.cleaned_data["question"],
+        pipeline=form.cleaned_data["pipeline"] or None,
+    )
+    return StreamingHttpResponse(events, content_type=CONTENT_TYPE, headers=HEADERS)
 
 
 @require_GET

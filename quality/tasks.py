@@ -5,7 +5,9 @@ from __future__ import annotations
 from celery import shared_task
 from django.conf import settings
 
-from quality.services import config_change_evaluate
+from quality.models import JudgmentList
+from quality.services import config_change_evaluate, evaluation_run
+from quality.services.generation import judgment_list_generate
 
 
 @shared_task(
@@ -20,3 +22,32 @@ def config_change_task(change_id: int) -> str:
     pending is never evaluated twice.
     """
     return config_change_evaluate(change_id=change_id).status
+
+
+@shared_task(
+    acks_late=True,
+    time_limit=settings.CELERY_TASK_TIME_LIMIT,
+    soft_time_limit=max(settings.CELERY_TASK_TIME_LIMIT - 30, 10),
+)
+def judgment_generation_task(generation_id: int) -> str:
+    """Generate the judgment list of ``JudgmentGeneration`` ``generation_id``; returns its status.
+
+    No retries: the service records any failure on the generation, and one that is no longer
+    pending is never run twice (starting the same request again restarts a failed one).
+    """
+    return judgment_list_generate(generation_id=generation_id).status
+
+
+@shared_task(
+    acks_late=True,
+    time_limit=settings.CELERY_TASK_TIME_LIMIT,
+    soft_time_limit=max(settings.CELERY_TASK_TIME_LIMIT - 30, 10),
+)
+def judgment_list_evaluate_task(judgment_list_id: int, pipeline: str | None = None) -> int:
+    """Run judgment list ``judgment_list_id`` through ``pipeline`` (default: its tenant's); returns the run id.
+
+    The ``EvaluationRun`` is stored under the list's name as its dataset. No retries: a failed
+    evaluation stores nothing, and running it again is harmless.
+    """
+    judgment_list = JudgmentList.objects.select_related("tenant").get(pk=judgment_list_id)
+    return evaluation_run(judgment_list=judgment_list, pipeline=pipeline, dataset=judgment_list.name).pk

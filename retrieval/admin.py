@@ -84,6 +84,7 @@ class TraceAdmin(TenantScopedAdmin):
         "degraded",
         "llm_calls",
         "cost_usd",
+        "coverage",
     )
     list_filter = (
         ("tenant", admin.RelatedOnlyFieldListFilter),
@@ -109,6 +110,7 @@ class TraceAdmin(TenantScopedAdmin):
         "tokens_in",
         "tokens_out",
         "cost_usd",
+        "scores_pretty",
         "config_pretty",
     )
     readonly_fields = fields
@@ -121,6 +123,16 @@ class TraceAdmin(TenantScopedAdmin):
     @admin.display(description="config")
     def config_pretty(self, obj: Trace) -> str:
         return _pretty_json(obj.config)
+
+    @admin.display(description="scores")
+    def scores_pretty(self, obj: Trace) -> str:
+        return _pretty_json(obj.scores) if obj.scores else "–"
+
+    @admin.display(description="coverage", ordering="scores__coverage")
+    def coverage(self, obj: Trace) -> str:
+        """The share of the answer's sentences that cite a passage, when the answer was scored."""
+        value = (obj.scores or {}).get("coverage")
+        return f"{value:.0%}" if isinstance(value, (int, float)) else "–"
 
     def has_add_permission(self, request):
         return False

@@ -124,6 +124,14 @@ class AskApi(APIView):
         degraded_reason = serializers.CharField(allow_blank=True)
         steps = StepSerializer(many=True)
         usage = UsageSerializer()
+        scores = serializers.DictField(
+            allow_null=True,
+            help_text="Answer-quality scores (coverage, support, LLM judge) when KB_SCORE_ANSWERS is on, else null.",
+        )
+        escalation = serializers.DictField(
+            required=False,
+            help_text="Pipeline adaptive only: the level that answered, why, and each level's confidence.",
+        )
 
     @extend_schema(
         operation_id="ask",
@@ -135,16 +143,19 @@ class AskApi(APIView):
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        run = pipeline_answer(
-            tenant=tenant,
-            question=data["question"],
-            pipeline=data.get("pipeline"),
-            user=request.user,
-            k=data["k"],
-            strategy=data.get("strategy"),
-            window_size=data.get("window"),
-            reverse_pack=data["reverse_pack"],
-            use_llm=not data["extractive"],
-            source_ids=source_ids_for_names(tenant=tenant, names=data["sources"]),
-        )
+        run = pipeline_answer(tenant=tenant, user=request.user, **self.answer_options(tenant=tenant, data=data))
         return Response(self.OutputSerializer(run.as_dict()).data)
+
+    @staticmethod
+    def answer_options(*, tenant, data: dict) -> dict:
+        """``pipeline_answer``'s keyword arguments (but tenant and user) from validated input."""
+        return {
+            "question": data["question"],
+            "pipeline": data.get("pipeline"),
+            "k": data["k"],
+            "strategy": data.get("strategy"),
+            "window_size": data.get("window"),
+            "reverse_pack": data["reverse_pack"],
+            "use_llm": not data["extractive"],
+            "source_ids": source_ids_for_names(tenant=tenant, names=data["sources"]),
+        }

@@ -46,6 +46,11 @@ class Trace(models.Model):
     tokens_out = models.IntegerField(default=0)
     cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=0)
     config = models.JSONField(default=dict, blank=True)
+    scores = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Answer-quality scores (coverage, support, LLM judge) when KB_SCORE_ANSWERS was on; else empty.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = TenantScopedQuerySet.as_manager()

@@ -37,6 +37,7 @@ from retrieval.llm import configured_llm
 from retrieval.run import RunContext, retrieval_stages
 from retrieval.stages import pack
 from retrieval.stages.retrieve.filters import RetrievalFilter
+from retrieval.stages.score import score_stage
 from retrieval.types import Answer, QueryPlan, SearchResult, Step, Usage
 
 # name -> (flow kind, rewrite stages). A flow kind is how retrieval and generation are wired
@@ -47,6 +48,9 @@ PIPELINES = {
     "expand": ("standard", ("expand",)),
     "hyde": ("standard", ("hyde",)),
     "advanced": ("standard", ("rephrase", "expand")),
+    "superrag": ("superrag", ()),
+    "walkingrag": ("walkingrag", ()),
+    "adaptive": ("adaptive", ()),
 }
 PIPELINE_NAMES = tuple(PIPELINES)
 REWRITES = {name: rewrites for name, (_kind, rewrites) in PIPELINES.items()}
@@ -84,6 +88,8 @@ class PipelineSpec:
     superrag_threshold: float = 0.5
     # WalkingRAG (seed walkingrag-multi-turn.txt): rounds at most.
     walk_max_rounds: int = 3
+    # Adaptive: escalate below this confidence (retrieval.stages.confidence, calibrated on the dev sets).
+    adaptive_threshold: float = 0.8
     search: SearchConfig = field(default_factory=SearchConfig)
 
     def as_config(self) -> dict:
@@ -106,6 +112,7 @@ _OPTION_RULES = {
     "superrag_keep": (1, 20),
     "superrag_threshold": (0.0, 1.0),
     "walk_max_rounds": (1, 10),
+    "adaptive_threshold": (0.0, 1.0),
 }
 SETTING_KEYS = ("pipeline", *_OPTION_RULES, *(f.name for f in fields(SearchConfig)))
 
@@ -184,6 +191,9 @@ class AnswerRun:
     degraded_reason: str
     total_ms: float
     trace_id: int | None = None
+    # Answer-quality scores (``retrieval.stages.score``) when ``KB_SCORE_ANSWERS`` is on, else None.
+    scores: dict | None = None
+    escalation: dict = field(default_factory=dict)
 
     @property
     def pipeline(self) -> str:
@@ -199,6 +209,8 @@ class AnswerRun:
             "degraded_reason": self.degraded_reason,
             "steps": [step.as_dict() for step in self.steps],
             "usage": self.usage.as_dict(),
+            "scores": self.scores,
+            **({"escalation": self.escalation} if self.escalation else {}),
         }
 
 
@@ -341,7 +353,10 @@ def pipeline_answer(
         degraded=run.degraded,
         degraded_reason=retrieval.degraded_reason,
         total_ms=total_ms,
+        escalation=flow.escalation,
     )
+    if settings.KB_SCORE_ANSWERS:
+        result.scores = score_stage(run, answer)
     if settings.KB_TRACING if trace is None else trace:
         result.trace_id = _trace_write(tenant=tenant, user=user, result=result)
     return result
@@ -363,5 +378,6 @@ def _trace_write(*, tenant, user, result: AnswerRun) -> int:
         error=result.degraded_reason,
         total_ms=result.total_ms,
         config=result.retrieval.spec.as_config(),
+        scores=result.scores,
     )
     return saved.pk

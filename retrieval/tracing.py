@@ -92,11 +92,13 @@ def trace_save(
     error: str = "",
     total_ms: float,
     config: dict | None = None,
+    scores: dict | None = None,
 ) -> Trace:
     """Store the trace of one pipeline run with its steps in run order; returns the trace.
 
-    ``user`` may be ``None`` or anonymous (stored as no user). Call it after the answer is made:
-    it is one transaction of one INSERT and one bulk INSERT.
+    ``user`` may be ``None`` or anonymous (stored as no user). ``scores`` are the answer's
+    quality scores (``retrieval.stages.score``; stored as ``{}`` when ``None``). Call it after
+    the answer is made: it is one transaction of one INSERT and one bulk INSERT.
     """
     cost = float(usage.cost_usd or 0.0)
     trace = Trace(
@@ -113,6 +115,7 @@ def trace_save(
         tokens_out=_count(usage.tokens_out),
         cost_usd=Decimal(str(round(cost, 6))) if math.isfinite(cost) and cost > 0 else Decimal(0),
         config=summary_compact(config or {}),
+        scores=summary_compact(scores or {}),
     )
     with transaction.atomic():
         trace.save(force_insert=True)

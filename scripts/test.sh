@@ -4,6 +4,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh requirements-dev.txt
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+# Debian's chromium for the browser test (Playwright drives it; it never downloads browsers).
+command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium; } \
+  || echo "chromium could not be installed: the browser test will be skipped." >&2
 .venv/bin/python manage.py makemigrations --check --dry-run >/dev/null \
   || { echo "Models changed without a migration: run manage.py makemigrations." >&2; exit 1; }
 exec .venv/bin/python -m pytest -q --create-db "$@"

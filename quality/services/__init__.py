@@ -5,6 +5,7 @@ a whole dataset in a throw-away tenant); ``compare`` diffs two runs; ``gate`` me
 a tenant's retrieval settings before applying it.
 """
 
+from quality.services.answers import evaluation_answers
 from quality.services.compare import config_diff, evaluation_compare, metrics_delta
 from quality.services.gate import (
     ChangeInProgress,
@@ -32,6 +33,7 @@ __all__ = [
     "config_diff",
     "dataset_evaluate",
     "dataset_evaluate_pipelines",
+    "evaluation_answers",
     "evaluation_compare",
     "evaluation_run",
     "judgment_list_import",

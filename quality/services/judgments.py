@@ -13,7 +13,11 @@ from quality.models import Judgment, JudgmentList
 
 
 def _relevant_clean(relevant, *, query_id: str) -> list[dict]:
-    """Validate one judgment's ``relevant`` list; return it with grades filled in (default 1)."""
+    """Validate one judgment's ``relevant`` list; return it with grades filled in (default 1).
+
+    Chunk-level entries (with ``text``) may name the ``chunk_id`` and ``version`` (positive ids)
+    they were generated from; other keys are dropped.
+    """
     if not isinstance(relevant, list) or not relevant:
         raise InvalidInput(f"Judgment {query_id!r}: 'relevant' must be a non-empty list.")
     cleaned = []
@@ -28,6 +32,12 @@ def _relevant_clean(relevant, *, query_id: str) -> list[dict]:
             if not isinstance(entry["text"], str) or not entry["text"].strip():
                 raise InvalidInput(f"Judgment {query_id!r}: 'text' must be a non-empty string.")
             item["text"] = entry["text"]
+        for key in ("chunk_id", "version"):  # generated judgments: the chunk and version they came from
+            if key in entry:
+                value = entry[key]
+                if not isinstance(value, int) or isinstance(value, bool) or value < 1 or "text" not in entry:
+                    raise InvalidInput(f"Judgment {query_id!r}: {key!r} must be a positive id next to a 'text'.")
+                item[key] = value
         cleaned.append(item)
     if len({"text" in item for item in cleaned}) > 1:
         raise InvalidInput(f"Judgment {query_id!r}: mixes chunk-level (text) and document-level entries.")

@@ -27,6 +27,7 @@ from knowledge.services import documents_ingest, source_get_or_create, tenant_cr
 from quality.importers import Dataset
 from quality.metrics import documents_from_chunks, metrics_aggregate, query_metrics
 from quality.models import EvaluationRun, Judgment, JudgmentList
+from quality.services.answers import evaluation_run_answers_add
 from quality.services.judgments import judgment_list_import
 from retrieval.config import MAX_QUERY_CHARS, MODES, SearchConfig
 from retrieval.pipeline import PIPELINE_NAMES, pipeline_retrieve, pipeline_spec
@@ -227,10 +228,13 @@ def dataset_evaluate_pipelines(
     keep: bool = False,
     progress: bool = False,
     log: Callable[[str], None] | None = None,
+    answers: bool = False,
 ) -> list[EvaluationRun]:
     """Evaluate each of ``pipelines`` on ``dataset``, ingested once into a fresh tenant.
 
     Every pipeline runs the same judgment list with ``mode`` (``None``: each pipeline's own).
+    With ``answers``, each run's metrics also get the means of its answers' quality scores
+    (``quality.services.answers.evaluation_answers``: an answer per judged question).
     ``InvalidInput`` for an unknown pipeline or mode before anything is stored. Unless ``keep``,
     the tenant is deleted afterwards, also when something fails; the runs survive.
     """
@@ -252,6 +256,8 @@ def dataset_evaluate_pipelines(
                     log=log,
                 )
             )
+            if answers:
+                evaluation_run_answers_add(run=runs[-1], judgment_list=judgment_list, log=log)
     for run in runs:
         run.refresh_from_db()  # the tenant and judgment list may be gone (SET_NULL)
     return runs
@@ -265,8 +271,12 @@ def dataset_evaluate(
     keep: bool = False,
     progress: bool = False,
     log: Callable[[str], None] | None = None,
+    answers: bool = False,
 ) -> EvaluationRun:
     """Evaluate retrieval on ``dataset`` in a fresh tenant ``eval-<dataset>-<random>``.
+
+    With ``answers``, the run's metrics also get the means of its answers' quality scores
+    (``quality.services.answers.evaluation_answers``).
 
     Imports the judgments, ingests the documents with the dataset's splitter, runs
     ``evaluation_run`` with ``pipeline`` (default: the default pipeline) and, unless ``keep``,
@@ -288,5 +298,7 @@ def dataset_evaluate(
             splitter=dataset.splitter,
             log=log,
         )
+        if answers:
+            evaluation_run_answers_add(run=run, judgment_list=judgment_list, log=log)
     run.refresh_from_db()
     return run

@@ -16,6 +16,9 @@ from retrieval.flows.base import Flow
 # pipeline's helpers without a cycle).
 FLOWS = {
     "standard": "retrieval.flows.standard.standard_flow",
+    "superrag": "retrieval.flows.superrag.superrag_flow",
+    "walkingrag": "retrieval.flows.walkingrag.walkingrag_flow",
+    "adaptive": "retrieval.flows.adaptive.adaptive_flow",
 }
 KINDS = tuple(FLOWS)
 

@@ -12,14 +12,20 @@ class ScriptedLLM:
     """Replies from a script: ``chat`` returns ``chat_reply``, ``structured``/``tool_call`` return dicts.
 
     A reply that is an ``LLMError`` instance is raised instead. Every call's messages are
-    recorded in ``calls`` as ``(method, messages)``.
+    recorded in ``calls`` as ``(method, messages)``. ``structured_replies``, when given, is a
+    sequence of ``structured`` replies consumed in order (then ``structured_reply`` again);
+    ``cost_usd`` is the cost each call reports. ``structured_reply`` may be a callable
+    ``structured_reply(messages) -> dict`` (or an ``LLMError`` to raise), to reply per request.
+    ``map`` runs its calls one after another, in order (``LLMClient.map``'s contract).
     """
 
     name = "scripted"
 
-    def __init__(self, *, chat_reply="", structured_reply=None, tool_reply=None):
+    def __init__(self, *, chat_reply="", structured_reply=None, tool_reply=None, structured_replies=None, cost_usd=0.0):
         self.chat_reply = chat_reply
         self.structured_reply = structured_reply
+        self.structured_replies = list(structured_replies or [])
+        self.cost_usd = cost_usd
         self.tool_reply = tool_reply
         self.calls: list[tuple[str, list[dict]]] = []
         self.last_stream_usage = None
@@ -29,7 +35,7 @@ class ScriptedLLM:
         if isinstance(value, LLMError):
             raise value
         text = value if isinstance(value, str) else json.dumps(value)
-        usage = Usage(llm_calls=1, tokens_in=100, tokens_out=10, cost_usd=0.0)
+        usage = Usage(llm_calls=1, tokens_in=100, tokens_out=10, cost_usd=self.cost_usd)
         return Completion(text=text, usage=usage, ms=1.0, model=self.name)
 
     def chat(self, messages, *, max_tokens=512, temperature=0.0):
@@ -42,7 +48,19 @@ class ScriptedLLM:
             yield word + " "
 
     def structured(self, messages, *, schema, name, max_tokens=512):
-        return self.structured_reply, self._reply("structured", messages, self.structured_reply)
+        value = self.structured_replies.pop(0) if self.structured_replies else self.structured_reply
+        if callable(value):
+            value = value(messages)
+        return value, self._reply("structured", messages, value)
 
     def tool_call(self, messages, *, name, description, parameters, max_tokens=256):
         return self.tool_reply, self._reply("tool_call", messages, self.tool_reply)
+
+    def map(self, fn, items, *, concurrency=None):
+        results = []
+        for item in items:
+            try:
+                results.append(fn(item))
+            except Exception as exc:  # LLMClient.map leaves a raised exception in its slot
+                results.append(exc)
+        return results

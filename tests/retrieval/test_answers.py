@@ -104,7 +104,7 @@ def test_the_generate_stage_alone_writes_a_cited_answer_from_passages(corpus):
 def test_the_real_local_llm_answers_from_the_context_end_to_end(corpus, local_llm_url):
     from retrieval.local_llm import MODEL_ALIAS
 
-    llm = LLMClient(MODEL_ALIAS, base_url=local_llm_url, api_key="local")
+    llm = LLMClient(MODEL_ALIAS, base_url=local_llm_url, api_key="local", timeout_s=600)
     run = pipeline_answer(tenant=corpus, question="How long do I boil spaghetti?", llm=llm, k=2, strategy="top_n")
     assert run.answer.mode == "llm", run.degraded_reason
     assert run.answer.text.strip()

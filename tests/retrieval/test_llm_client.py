@@ -484,7 +484,7 @@ def test_the_old_chat_model_interface_still_completes(endpoint):
 def test_the_real_local_llm_fills_a_json_schema_and_calls_a_forced_function(local_llm_url):
     from retrieval.local_llm import MODEL_ALIAS
 
-    client = LLMClient(MODEL_ALIAS, base_url=local_llm_url, api_key="local", timeout_s=120, retries=0)
+    client = LLMClient(MODEL_ALIAS, base_url=local_llm_url, api_key="local", timeout_s=600, retries=0)
     colour = {
         "type": "object",
         "properties": {"colour": {"type": "string", "enum": ["red", "green", "blue"]}, "sure": {"type": "boolean"}},

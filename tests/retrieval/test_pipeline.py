@@ -42,6 +42,14 @@ def test_every_named_pipeline_resolves_to_its_rewrite_stages(tenant):
         "expand": ("expand",),
         "hyde": ("hyde",),
         "advanced": ("rephrase", "expand"),
+        "superrag": (),
+        "walkingrag": (),
+        "adaptive": (),
+    }
+    assert {name: pipeline_spec(tenant=tenant, name=name).kind for name in ("simple", "superrag", "adaptive")} == {
+        "simple": "standard",
+        "superrag": "superrag",
+        "adaptive": "adaptive",
     }
 
 
@@ -229,7 +237,7 @@ def test_query_lexemes_are_postgres_english_lexemes(db):
 def test_each_llm_pipeline_answers_with_the_real_local_llm(corpus, local_llm_url, pipeline):
     from retrieval.local_llm import MODEL_ALIAS
 
-    llm = LLMClient(MODEL_ALIAS, base_url=local_llm_url, api_key="local")
+    llm = LLMClient(MODEL_ALIAS, base_url=local_llm_url, api_key="local", timeout_s=600)
     run = pipeline_answer(tenant=corpus, question="How do I fix a flat bicycle tyre?", pipeline=pipeline, llm=llm, k=2)
     assert run.answer.text.strip()  # the tiny model's reply is recorded, not judged
     assert run.usage.llm_calls >= 2, run.degraded_reason  # the rewrite stage and the answer
@@ -245,7 +253,7 @@ def test_each_llm_pipeline_answers_with_the_real_local_llm(corpus, local_llm_url
 
 
 def test_a_closed_llm_port_degrades_to_an_extractive_answer_quickly(corpus, settings):
-    from tests.retrieval.conftest import free_port
+    from tests.conftest import free_port
 
     settings.KB_LLM_TIMEOUT_S = 2
     llm = LLMClient("gemma-3-270m", base_url=f"http://127.0.0.1:{free_port()}/v1", api_key="x", timeout_s=2)
@@ -276,7 +284,7 @@ def test_the_real_local_llm_reading_an_injected_document_is_recorded_not_obeyed(
     from retrieval.models import Trace
 
     documents_ingest(tenant=corpus, source=source, documents=[INJECTION])
-    llm = LLMClient(MODEL_ALIAS, base_url=local_llm_url, api_key="local")
+    llm = LLMClient(MODEL_ALIAS, base_url=local_llm_url, api_key="local", timeout_s=600)
     run = pipeline_answer(tenant=corpus, question="How should I salt pasta water?", llm=llm, k=2, strategy="top_n")
     generate = Trace.objects.get(pk=run.trace_id).steps.get(stage="generate")
     assert generate.summary["mode"] == "llm" and generate.summary["reply"] == run.answer.text  # recorded

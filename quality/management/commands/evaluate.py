@@ -7,7 +7,9 @@ from django.core.management.base import CommandError
 
 from core.commands import TenantCommand
 from quality.importers import DATASETS, dataset_load
-from quality.services import dataset_evaluate, dataset_evaluate_pipelines
+from quality.models import JudgmentList
+from quality.services import dataset_evaluate, dataset_evaluate_pipelines, evaluation_run
+from quality.services.answers import evaluation_run_answers_add
 from retrieval.config import MODES
 from retrieval.pipeline import PIPELINE_NAMES
 
@@ -15,16 +17,18 @@ from retrieval.pipeline import PIPELINE_NAMES
 class Command(TenantCommand):
     help = (
         "Evaluate retrieval on a dataset: manage.py evaluate --dataset rag4p "
-        "--path ../shared/datasets/rag4p-vasa [--mode hybrid] [--pipeline simple,expand,hyde] [--json] [--keep]"
+        "--path ../shared/datasets/rag4p-vasa [--mode hybrid] [--pipeline simple,expand,hyde] [--json] [--keep]; "
+        "or a tenant's own judgment list in place: manage.py evaluate --tenant acme --list NAME [--pipeline simple]"
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--dataset", required=True, choices=DATASETS)
+        parser.add_argument("--dataset", choices=DATASETS)
+        parser.add_argument("--tenant", help="with --list: evaluate this tenant's own judgment list in place")
+        parser.add_argument("--list", dest="list_name", help="with --tenant: the judgment list's name")
         parser.add_argument(
             "--path",
             dest="paths",
             action="append",
-            required=True,
             type=Path,
             help="the JSON file (bioasq, hotpotqa; repeat to combine files) or the folder (rag4p, beir)",
         )
@@ -38,6 +42,12 @@ class Command(TenantCommand):
         )
         parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
         parser.add_argument("--keep", action="store_true", help="keep the evaluation tenant")
+        parser.add_argument(
+            "--answers",
+            action="store_true",
+            help="also answer every judged question and add the means of the answer-quality scores "
+            "(LLM grades only with an LLM configured)",
+        )
 
     def handle(self, *args, **o):
         pipelines = None
@@ -49,6 +59,10 @@ class Command(TenantCommand):
                     f"Unknown pipeline(s): {', '.join(unknown) or '(none given)'}; "
                     f"valid names: {', '.join(PIPELINE_NAMES)}."
                 )
+        if o["tenant"] is not None or o["list_name"] is not None:
+            return self._evaluate_list(o, pipelines)
+        if o["dataset"] is None or not o["paths"]:
+            raise CommandError("Give --dataset and --path, or --tenant and --list.")
         missing = [str(p) for p in o["paths"] if not p.exists()]
         if missing:
             raise CommandError(f"No such file or folder: {', '.join(missing)}.")
@@ -62,10 +76,18 @@ class Command(TenantCommand):
                 keep=o["keep"],
                 progress=True,
                 log=self.stderr.write,
+                answers=o["answers"],
             )
             self._report_pipelines(runs, dataset_name=dataset.name, mode=o["mode"], as_json=o["json"])
             return
-        run = dataset_evaluate(dataset=dataset, mode=o["mode"], keep=o["keep"], progress=True, log=self.stderr.write)
+        run = dataset_evaluate(
+            dataset=dataset,
+            mode=o["mode"],
+            keep=o["keep"],
+            progress=True,
+            log=self.stderr.write,
+            answers=o["answers"],
+        )
         if o["json"]:
             output = {
                 "dataset": run.dataset,
@@ -81,6 +103,40 @@ class Command(TenantCommand):
         self.stdout.write(f"Run {run.pk} ({run.dataset}, {run.mode}): {metrics}")
         if run.tenant_id:
             self.stdout.write(f"Kept tenant {run.tenant.slug}.")
+
+    def _evaluate_list(self, o, pipelines: list[str] | None) -> None:
+        """Run a tenant's judgment list in place through each pipeline (default: the tenant's)."""
+        if o["dataset"] is not None or o["paths"]:
+            raise CommandError("--dataset/--path and --tenant/--list exclude each other: give one pair.")
+        if o["tenant"] is None or o["list_name"] is None:
+            raise CommandError("--tenant and --list go together: the tenant's slug and its judgment list's name.")
+        tenant = self.tenant(o["tenant"])
+        judgment_list = JudgmentList.objects.for_tenant(tenant).filter(name=o["list_name"]).first()
+        if judgment_list is None:
+            names = ", ".join(JudgmentList.objects.for_tenant(tenant).order_by("name").values_list("name", flat=True))
+            raise CommandError(
+                f"Tenant {tenant.slug!r} has no judgment list {o['list_name']!r}; its lists: {names or 'none'}."
+            )
+        runs = [
+            evaluation_run(
+                judgment_list=judgment_list,
+                pipeline=name,
+                mode=o["mode"],
+                dataset=judgment_list.name,
+                log=self.stderr.write,
+            )
+            for name in (pipelines or [None])
+        ]
+        if o["answers"]:
+            runs = [
+                evaluation_run_answers_add(run=run, judgment_list=judgment_list, log=self.stderr.write) for run in runs
+            ]
+        if o["json"]:
+            self._report_pipelines(runs, dataset_name=judgment_list.name, mode=o["mode"], as_json=True)
+            return
+        for run in runs:
+            metrics = "  ".join(f"{name} {value}" for name, value in run.metrics.items())
+            self.stdout.write(f"Run {run.pk} ({run.dataset}, {run.pipeline}, {run.mode}): {metrics}")
 
     def _report_pipelines(self, runs, *, dataset_name: str, mode: str, as_json: bool) -> None:
         tenant = next((run.tenant.slug for run in runs if run.tenant_id), None)

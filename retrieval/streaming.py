@@ -1,0 +1,138 @@
+"""An answer run as a stream of Server-Sent Events: its steps, the answer's text, then the answer.
+
+``answer_events`` runs ``retrieval.pipeline.pipeline_answer`` in a worker thread and yields the
+run as SSE frames (WHATWG HTML Living Standard, "Server-sent events": ``event: <name>`` and one
+``data: <json>`` line, a blank line after each frame) while it happens:
+
+=========  ======================================================================================
+``step``   after each stage: ``{"stage", "ms", "summary", "error"?}``; the summary is the step's
+           own (queries, candidates kept, passages, the LLM's reply...), compacted like a trace's
+``token``  a piece of the answer's text as the LLM streams it, raw: ``{"text"}`` (LLM answers
+           only; the ``answer`` event's text, with checked citations, is the one to keep)
+``answer`` once, last: the answer as ``POST /api/v1/ask/`` returns it (answer, citations,
+           pipeline, trace_id, degraded, steps, usage), shaped by the caller's ``present``
+``error``  instead of ``answer`` when the run failed: ``{"error": {"code", "message"}}``, the
+           API's error shape; the stream then ends normally, never as a cut connection
+=========  ======================================================================================
+
+A comment frame (``: keep-alive``) goes out every ``KEEPALIVE_S`` seconds without events, so
+proxies do not close a connection that waits for a slow LLM. The views streaming these frames are
+``retrieval.stream_apis.AskStreamApi`` (REST) and ``portal.views.ask_stream`` (portal).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from django.db import connection
+
+from core.errors import ApplicationError
+from retrieval.pipeline import pipeline_answer
+from retrieval.tracing import summary_compact
+
+logger = logging.getLogger(__name__)
+
+KEEPALIVE_S = 15.0  # seconds between keep-alive comments while the run is silent
+CONTENT_TYPE = "text/event-stream"
+# Headers of a streamed response: no caching, and no buffering by nginx (``X-Accel-Buffering``).
+HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+INTERNAL_ERROR = {"code": "internal_error", "message": "The answer could not be made; please try again."}
+
+_DONE = object()
+
+
+class _Cancelled(Exception):
+    """Raised inside the worker's event callback once the client has gone: stops the run."""
+
+
+def sse_frame(event: str, data: Any) -> str:
+    """One SSE frame: ``event: <event>``, ``data: <data as compact JSON>``, a blank line.
+
+    JSON never holds a raw newline (``json.dumps`` escapes them), so the data is one line.
+    """
+    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return f"event: {event}\ndata: {payload}\n\n"
+
+
+def error_body(exc: BaseException) -> dict:
+    """The API's error shape for ``exc``: its code and message for an ``ApplicationError``, else
+    a generic ``internal_error`` (the details go to the log, not to the client)."""
+    if isinstance(exc, ApplicationError):
+        return {"error": {"code": exc.code, "message": exc.message}}
+    return {"error": dict(INTERNAL_ERROR)}
+
+
+def answer_events(
+    *,
+    tenant,
+    user,
+    present: Callable[[dict], Any] | None = None,
+    keepalive_s: float = KEEPALIVE_S,
+    **options,
+) -> Iterator[str]:
+    """SSE frames of one answer run over ``tenant``'s documents, as the run goes (see the module).
+
+    ``tenant`` must already be the caller's (resolve it in the request, before streaming);
+    ``user`` is recorded on the trace; ``options`` are ``pipeline_answer``'s keyword arguments
+    (``question`` required; ``pipeline``, ``k``, ``strategy``, ``window_size``, ``reverse_pack``,
+    ``use_llm``, ``source_ids``, ``llm``...). ``present(answer_dict) -> data`` shapes the final
+    ``answer`` event (default: ``AnswerRun.as_dict()`` as is); it runs in the consuming thread.
+
+    The run happens in a worker thread, started on the first ``next()``; it closes its own
+    database connection when done. Every error, including bad options (``InvalidInput``),
+    becomes one ``error`` frame. Closing the generator early (the client went away) stops the
+    run at its next event.
+    """
+    events: queue.Queue = queue.Queue()
+    cancelled = threading.Event()
+
+    def on_event(event: str, data: dict) -> None:
+        if cancelled.is_set():
+            raise _Cancelled
+        if event == "step":
+            data = {**data, "summary": summary_compact(data.get("summary") or {})}
+        events.put(sse_frame(event, data))
+
+    def work() -> None:
+        try:
+            run = pipeline_answer(tenant=tenant, user=user, on_event=on_event, **options)
+            events.put(("answer", run.as_dict()))
+        except _Cancelled:
+            pass
+        except Exception as exc:  # every failure must reach the client as an event
+            if not isinstance(exc, ApplicationError):
+                logger.exception("Streamed answer run failed")
+            events.put(sse_frame("error", error_body(exc)))
+        finally:
+            connection.close()
+            events.put(_DONE)
+
+    worker = threading.Thread(target=work, name="answer-events", daemon=True)
+    worker.start()
+    try:
+        while True:
+            try:
+                item = events.get(timeout=keepalive_s)
+            except queue.Empty:
+                yield ": keep-alive\n\n"
+                continue
+            if item is _DONE:
+                return
+            if isinstance(item, tuple):
+                _, answer = item
+                try:
+                    data = present(answer) if present is not None else answer
+                except Exception as exc:  # the run is done; the client still gets an event
+                    logger.exception("Presenting a streamed answer failed")
+                    yield sse_frame("error", error_body(exc))
+                else:
+                    yield sse_frame("answer", data)
+                continue
+            yield item
+    finally:
+        cancelled.set()
