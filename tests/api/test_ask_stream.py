@@ -135,3 +135,15 @@ def test_another_tenants_documents_never_reach_the_stream(corpus, other_tenant_c
     assert [c["document"] for c in answer["citations"]][0] == "howto/bike-tyre"
     assert all(c["chunk_id"] not in secret_chunks for c in answer["citations"])
     assert "secret" not in json.dumps(events).lower()
+
+
+@pytest.mark.parametrize("pipeline", ["superrag", "walkingrag", "adaptive"])
+def test_the_seed_pipelines_stream_their_steps_before_the_answer(pipeline, corpus, member_client, no_llm):
+    question = {"question": "How long should spaghetti cook?", "pipeline": pipeline}
+    response = member_client.post(STREAM, question, format="json", HTTP_ACCEPT="text/event-stream")
+    events = sse_events(response)
+    kinds = [event for event, _ in events]
+    assert kinds[-1] == "answer" and "step" in kinds[: kinds.index("answer")]
+    answer = events[-1][1]
+    assert answer["pipeline"] == pipeline and answer["citations"]
+    assert [s["stage"] for s in answer["steps"]] == [data["stage"] for event, data in events if event == "step"]
