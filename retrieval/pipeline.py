@@ -5,21 +5,28 @@ the retrieval mode, the search settings and the packing strategy. ``pipeline_ret
 up to the ranked chunks (search, evaluation); ``pipeline_answer`` runs it to a cited answer and
 records a trace. Every stage reports a ``Step`` (stage, ms, summary, error, LLM usage).
 
-The named pipelines (seeds ``advanced-rag-querying.txt`` and ``magic-of-rag-retrieval.txt``):
+The named pipelines (seeds ``advanced-rag-querying.txt``, ``magic-of-rag-retrieval.txt``,
+``superrag.txt``, ``walkingrag-multi-turn.txt``):
 
-=========  ==================================================================================
-simple     hybrid search of the question (0.7 dense / 0.3 BM25), window packing (the default)
-rephrase   the LLM rewrites the question into a detailed search query first
-expand     OR-expansion of the lexical query: LLM synonyms, or RM3 without an LLM
-hyde       the dense side searches the embedding of an LLM-written hypothetical passage
-advanced   rephrase + expand + hybrid + window
-=========  ==================================================================================
+==========  =================================================================================
+simple      hybrid search of the question (0.7 dense / 0.3 BM25), window packing (the default)
+rephrase    the LLM rewrites the question into a detailed search query first
+expand      OR-expansion of the lexical query: LLM synonyms, or RM3 without an LLM
+hyde        the dense side searches the embedding of an LLM-written hypothetical passage
+advanced    rephrase + expand + hybrid + window
+superrag    the LLM grades ~50 candidates in parallel; answer from the best verified quotations
+walkingrag  rounds of retrieval driven by the facts the LLM extracts and what it says is missing
+adaptive    simple, escalating to superrag then walkingrag while retrieval confidence is low
+==========  =================================================================================
+
+The standard pipelines share one flow; the last three have flows of their own
+(``retrieval.flows``).
 
 Which pipeline runs: the request's, else ``Tenant.retrieval_config["pipeline"]``, else
 ``KB_PIPELINE``. Failure never loses the answer: when an LLM stage fails, the run goes on with
 the stage's LLM-free counterpart (the question as it was, RM3 for expansion, the extractive
 answer), stops calling the LLM for the rest of the run, and is marked ``degraded`` with the
-reason.
+reason. After a malformed or empty reply the next stages may still call it.
 """
 
 from __future__ import annotations

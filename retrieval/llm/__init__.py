@@ -1,13 +1,11 @@
 """LLM access: one client for any OpenAI-compatible chat endpoint.
 
 ``LLMClient`` (``chat``, ``structured``, ``tool_call``, ``stream``, ``map``) and
-``configured_llm()`` are the interface; ``ChatModel``, ``OpenAIChatModel`` and
-``configured_chat_model()`` are the older one, kept until every caller has moved.
+``configured_llm()`` are the interface; errors are in ``retrieval.llm.errors``.
 """
 
 from retrieval.llm.circuit import circuit_reset
 from retrieval.llm.client import (
-    ChatModel,
     Completion,
     LLMBadOutput,
     LLMClient,
@@ -16,13 +14,10 @@ from retrieval.llm.client import (
     LLMHTTPError,
     LLMTimeout,
     LLMUnavailable,
-    OpenAIChatModel,
-    configured_chat_model,
     configured_llm,
 )
 
 __all__ = [
-    "ChatModel",
     "Completion",
     "LLMBadOutput",
     "LLMClient",
@@ -31,8 +26,6 @@ __all__ = [
     "LLMHTTPError",
     "LLMTimeout",
     "LLMUnavailable",
-    "OpenAIChatModel",
     "circuit_reset",
-    "configured_chat_model",
     "configured_llm",
 ]

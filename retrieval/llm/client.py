@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import openai
@@ -28,9 +28,16 @@ from jsonschema import SchemaError
 from jsonschema.exceptions import best_match
 from jsonschema.validators import validator_for
 
-from core.errors import UpstreamError
 from knowledge.ingestion.tokenizer import count_tokens
 from retrieval.llm.circuit import circuit_for
+from retrieval.llm.errors import (
+    LLMBadOutput,
+    LLMEmptyReply,
+    LLMError,
+    LLMHTTPError,
+    LLMTimeout,
+    LLMUnavailable,
+)
 from retrieval.types import Usage
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -40,71 +47,6 @@ MAX_BACKOFF_S = 30.0
 
 Messages = list[dict[str, Any]]
 T = TypeVar("T")
-
-
-# --- Errors -----------------------------------------------------------------------------------
-
-
-class LLMError(UpstreamError):
-    """Base of every LLM failure. ``usage`` holds the usage of calls that did get a reply."""
-
-    code = "llm_error"
-    status = 502
-    retryable = False  # whether another attempt may succeed (transient failure)
-
-    def __init__(self, message: str, *, usage: Usage | None = None):
-        super().__init__(message)
-        self.usage = usage or Usage()
-
-
-class LLMTimeout(LLMError):
-    """The endpoint did not answer within the timeout (after retries)."""
-
-    code = "llm_timeout"
-    status = 504
-    retryable = True
-
-
-class LLMUnavailable(LLMError):
-    """The endpoint cannot be reached: connection refused or reset, or its circuit is open."""
-
-    code = "llm_unavailable"
-    status = 503
-
-    def __init__(self, message: str, *, retryable: bool = False, usage: Usage | None = None):
-        super().__init__(message, usage=usage)
-        self.retryable = retryable
-
-
-class LLMBadOutput(LLMError):
-    """The reply was unreadable, or not JSON matching the requested schema (after one retry)."""
-
-    code = "llm_bad_output"
-
-
-class LLMEmptyReply(LLMError):
-    """The model answered with empty or whitespace-only text."""
-
-    code = "llm_empty_reply"
-
-
-class LLMHTTPError(LLMError):
-    """The endpoint answered with an HTTP error. ``http_status`` is its status code.
-
-    429 and 5xx are retried before this is raised; ``retry_after_s`` is the endpoint's
-    ``Retry-After`` in seconds, when it sent one. ``rejected`` is true when the endpoint
-    refused the request itself (400, 422, or a 5xx reporting a request validation error, which
-    is how llama-cpp-python's server answers unknown parameter values); that is not retried.
-    """
-
-    code = "llm_http_error"
-
-    def __init__(self, message: str, *, http_status: int, retry_after_s: float | None = None, rejected: bool = False):
-        super().__init__(message)
-        self.http_status = http_status
-        self.retry_after_s = retry_after_s
-        self.rejected = rejected or http_status in (400, 422)
-        self.retryable = not self.rejected and (http_status == 429 or http_status >= 500)
 
 
 # --- Results ----------------------------------------------------------------------------------
@@ -178,6 +120,11 @@ class LLMClient:
         self._tools_supported = True
         self._stream_usage_supported = True
         self._max_tokens_param = "max_tokens"
+
+    @property
+    def name(self) -> str:
+        """The model name (as traces and step summaries show it)."""
+        return self.model
 
     def __repr__(self) -> str:
         return f"LLMClient(model={self.model!r}, base_url={self.base_url!r})"
@@ -716,30 +663,3 @@ def configured_llm() -> LLMClient | None:
     One instance per model and endpoint is kept, so its HTTP connections are reused.
     """
     return _configured(LLMClient)
-
-
-class ChatModel(Protocol):
-    """The old chat-model interface (``retrieval.answers`` uses it): a name and ``complete()``."""
-
-    name: str
-
-    def complete(self, messages: Messages, *, max_tokens: int = 512) -> str:
-        """Return the assistant's reply text for ``messages`` (OpenAI chat format)."""
-
-
-class OpenAIChatModel(LLMClient):
-    """``LLMClient`` with the old ``ChatModel`` interface; kept until callers use ``chat()``."""
-
-    @property
-    def name(self) -> str:
-        """The model name (``model``)."""
-        return self.model
-
-    def complete(self, messages: Messages, *, max_tokens: int = 512) -> str:
-        """``chat(messages).text``; raises what ``chat()`` raises."""
-        return self.chat(messages, max_tokens=max_tokens).text
-
-
-def configured_chat_model() -> OpenAIChatModel | None:
-    """The configured model with the old ``ChatModel`` interface, or ``None`` (see ``configured_llm``)."""
-    return _configured(OpenAIChatModel)  # type: ignore[return-value]

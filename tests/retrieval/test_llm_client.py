@@ -25,9 +25,7 @@ from retrieval.llm import (
     LLMHTTPError,
     LLMTimeout,
     LLMUnavailable,
-    OpenAIChatModel,
     circuit_reset,
-    configured_chat_model,
     configured_llm,
 )
 
@@ -453,13 +451,12 @@ def test_stream_usage_is_counted_with_tiktoken_when_the_endpoint_sends_none(endp
     assert client.last_stream_usage.tokens_out == count_tokens("Nine to eleven minutes.")
 
 
-# --- configuration and the old interface ----------------------------------------------------------
+# --- configuration ----------------------------------------------------------
 
 
 def test_no_configured_model_means_no_client(settings):
     settings.KB_LLM_MODEL = ""
     assert configured_llm() is None
-    assert configured_chat_model() is None
 
 
 def test_the_configured_client_is_built_once_per_model_and_endpoint(settings, endpoint):
@@ -472,10 +469,8 @@ def test_the_configured_client_is_built_once_per_model_and_endpoint(settings, en
     assert configured_llm() is not client
 
 
-def test_the_old_chat_model_interface_still_completes(endpoint):
-    model = OpenAIChatModel("test-model", base_url=endpoint.url, api_key="test")
-    assert model.name == "test-model"
-    assert model.complete(QUESTION) == "Nine to eleven minutes."
+def test_a_client_is_named_after_its_model(endpoint):
+    assert client_for(endpoint).name == "test-model"
 
 
 # --- the real local LLM ---------------------------------------------------------------------------
