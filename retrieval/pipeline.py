@@ -242,6 +242,29 @@ def _spec_for(tenant, pipeline, overrides) -> PipelineSpec:
     return pipeline_spec(tenant=tenant, name=pipeline, overrides=overrides)
 
 
+def _rerank_depth(spec: PipelineSpec) -> int:
+    """How many fused candidates a pipeline's ranking reorders (SuperRAG grades its candidates)."""
+    return spec.superrag_candidates if spec.kind == "superrag" else 0
+
+
+def _rerank(run: RunContext, query: str, results: list[SearchResult]) -> list[SearchResult]:
+    """The ranking a pipeline's flow would answer from: SuperRAG's candidates by confidence, best
+    first (its LLM grades, or the LLM-free counterpart), the others as retrieved. Lets
+    evaluation runs measure SuperRAG's re-ranking, not only its candidates."""
+    if run.spec.kind != "superrag":
+        return results
+    from retrieval.flows.superrag import score_stage
+
+    depth = run.spec.superrag_candidates
+    scored, _kept = score_stage(run, query, results[:depth])
+    ranked = [candidate.result for candidate in sorted(scored, key=lambda candidate: -candidate.confidence)]
+    confidence = {candidate.chunk_id: candidate.confidence for candidate in scored}
+    return [
+        replace(result, score=confidence.get(result.chunk.pk, result.score), rank=rank)
+        for rank, result in enumerate(ranked + results[depth:], 1)
+    ]
+
+
 def pipeline_retrieve(
     *,
     tenant,
@@ -272,7 +295,8 @@ def pipeline_retrieve(
     where = RetrievalFilter.for_tenant(tenant, source_ids=source_ids)
     run = RunContext(tenant=tenant, spec=spec, where=where, llm=_llm_for(llm, use_llm))
     started = time.perf_counter()
-    plan, results = retrieval_stages(run, query, k=k, mode=mode, history=history)
+    plan, results = retrieval_stages(run, query, k=max(k, _rerank_depth(spec)), mode=mode, history=history)
+    results = _rerank(run, query, results)[:k]
     total_ms = (time.perf_counter() - started) * 1000
     return RetrievalRun(
         pipeline=spec.name,

@@ -201,3 +201,20 @@ def test_superrag_runs_end_to_end_with_the_real_local_llm(corpus, local_llm_url)
     kept = {chunk_id for chunk_id, _ in score.summary["kept"]}
     for citation in run.answer.citations:  # citations resolve to real passages of kept chunks
         assert citation.passage.anchor.pk in kept and citation.passage.text in citation.passage.anchor.text
+
+
+def test_superrag_retrieval_ranks_by_the_llm_grades_for_evaluation_runs(corpus):
+    from retrieval.pipeline import pipeline_retrieve
+
+    def grade(messages):
+        if "expense reports" in messages[-1]["content"].lower():
+            return {"confidence": 10, "relevant_text": ""}
+        return {"confidence": 1, "relevant_text": ""}
+
+    llm = ScriptedLLM(structured_reply=grade)
+    plain = pipeline_retrieve(tenant=corpus, query="pasta", pipeline="simple", k=3)
+    graded = pipeline_retrieve(tenant=corpus, query="pasta", pipeline="superrag", k=3, llm=llm)
+    assert plain.results[0].chunk.version.document.external_id == "recipes/pasta"
+    assert graded.results[0].chunk.version.document.external_id == "finance/expenses"
+    assert graded.results[0].score == 1.0 and [r.rank for r in graded.results] == [1, 2, 3]
+    assert "llm_score" in [step.stage for step in graded.steps]
