@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from rest_framework import exceptions as drf_exceptions
 from rest_framework import serializers
+from rest_framework.exceptions import ParseError
+from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
@@ -35,3 +38,25 @@ def api_exception_handler(exc, context):
         code = exc.get_codes() if isinstance(exc.get_codes(), str) else "invalid_input"
         response.data = {"error": {"code": code, "message": message}}
     return response
+
+
+class BoundedLimitOffsetPagination(LimitOffsetPagination):
+    """Limit/offset pagination whose numbers stay in range: ``limit`` at most ``max_limit`` (200),
+    ``offset`` at most ``MAX_OFFSET`` (a larger one reads as past the end, never as a database
+    integer overflow)."""
+
+    max_limit = 200
+    MAX_OFFSET = 1_000_000_000
+
+    def get_offset(self, request):
+        return min(super().get_offset(request), self.MAX_OFFSET)
+
+
+class BoundedJSONParser(JSONParser):
+    """DRF's JSON parser, with a body nested too deeply for Python's parser as a 400, not a 500."""
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        try:
+            return super().parse(stream, media_type=media_type, parser_context=parser_context)
+        except RecursionError as exc:
+            raise ParseError("JSON parse error - the body is nested too deeply.") from exc

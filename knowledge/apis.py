@@ -16,12 +16,11 @@ from drf_spectacular.utils import (
     extend_schema_serializer,
 )
 from rest_framework import serializers, status
-from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api import ERRORS, ErrorSerializer
+from core.api import ERRORS, BoundedLimitOffsetPagination, ErrorSerializer
 from core.errors import PermissionDenied
 from knowledge.models import IngestionJob, Membership
 from knowledge.selectors import (
@@ -74,7 +73,7 @@ class JobOutputSerializer(serializers.Serializer):
 class DocumentListApi(APIView):
     """List the tenant's documents, or upload a file to ingest (admins and editors)."""
 
-    pagination_class = LimitOffsetPagination
+    pagination_class = BoundedLimitOffsetPagination
     parser_classes = [MultiPartParser, FormParser]
 
     @extend_schema_serializer(component_name="DocumentListFilter")

@@ -27,6 +27,7 @@ from retrieval.streaming import CONTENT_TYPE, HEADERS, answer_events
 
 # Same pattern as the one the generate stage writes citations with: "[n]".
 _CITATION = re.compile(r"\[(\d{1,3})\]")
+_VERSION_NUMBER = re.compile(r"[1-9][0-9]{0,8}")
 
 
 class AskForm(forms.Form):
@@ -159,6 +160,6 @@ def _chosen_version(versions: list, number: str):
     """The version numbered ``number``, or the current one when ``number`` is empty."""
     if not number:
         return next((v for v in versions if v.is_current), versions[0] if versions else None)
-    if not number.isdigit():
+    if not _VERSION_NUMBER.fullmatch(number):  # 1-9 ASCII digits: not "²", not 5,000 nines
         return None
     return next((v for v in versions if v.number == int(number)), None)

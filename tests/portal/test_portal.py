@@ -161,7 +161,7 @@ def test_an_older_version_without_chunks_shows_its_text_as_one_block(client, ten
     assert 'id="chunk-0"' in current
 
 
-@pytest.mark.parametrize("version", ["99", "abc"])
+@pytest.mark.parametrize("version", ["99", "abc", "²", "9" * 5000, "0", "-1"])
 def test_an_unknown_version_is_not_found(client, corpus, member, version):
     client.force_login(member)
     pasta = Document.objects.for_tenant(corpus).get(external_id="recipes/pasta")
