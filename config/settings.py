@@ -189,14 +189,26 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.MultiPartParser",
     ],
     "PAGE_SIZE": 50,
-    "DEFAULT_THROTTLE_CLASSES": ["rest_framework.throttling.UserRateThrottle"],
-    "DEFAULT_THROTTLE_RATES": {"user": env_str("KB_API_RATE", "600/min")},
+    "DEFAULT_THROTTLE_CLASSES": [
+        "rest_framework.throttling.UserRateThrottle",
+        "rest_framework.throttling.AnonRateThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": {
+        "user": env_str("KB_API_RATE", "600/min"),
+        "anon": env_str("KB_API_ANON_RATE", "60/min"),
+    },
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Knowledge base API",
     "DESCRIPTION": "Ingest a team's documents; search them and ask questions with cited answers.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The schema and its docs page need a signed-in user or a token unless KB_PUBLIC_API_DOCS.
+    "SERVE_PERMISSIONS": [
+        "rest_framework.permissions.AllowAny"
+        if env_bool("KB_PUBLIC_API_DOCS", False)
+        else "rest_framework.permissions.IsAuthenticated"
+    ],
 }
 
 LOGGING = {

@@ -7,6 +7,7 @@ document per line). Every reader raises ``InvalidInput`` for empty or undecodabl
 
 from __future__ import annotations
 
+import codecs
 import io
 import json
 import re
@@ -67,17 +68,39 @@ def normalize_text(text: str) -> str:
     return text.strip()
 
 
+_UTF16_BOMS = ((codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
+
+
 def decode_text(data: bytes, *, name: str) -> str:
-    """Decode bytes as UTF-8 text; raise ``InvalidInput`` for empty or binary content."""
+    """Decode bytes as text: UTF-8 (with or without a BOM) or UTF-16 with a BOM.
+
+    Raises ``InvalidInput`` for empty or binary content and names the encoding problem.
+    """
     if not data.strip():
         raise InvalidInput(f"{name}: the file is empty.", code="empty_file")
+    encoding = next((enc for bom, enc in _UTF16_BOMS if data.startswith(bom)), None)
+    if encoding:
+        try:
+            text = data[2:].decode(encoding)
+        except UnicodeDecodeError as exc:
+            raise InvalidInput(
+                f"{name}: not valid {encoding.upper()} text ({exc.reason} at byte {exc.start + 2}); "
+                "is it a binary file?",
+                code="binary_file",
+            ) from exc
+        if "\x00" in text[:4096]:
+            raise InvalidInput(f"{name}: looks like a binary file, not text.", code="binary_file")
+        if not text.strip():
+            raise InvalidInput(f"{name}: the file is empty.", code="empty_file")
+        return text
     if b"\x00" in data[:8192]:
         raise InvalidInput(f"{name}: looks like a binary file, not text.", code="binary_file")
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise InvalidInput(
-            f"{name}: not valid UTF-8 text (byte {exc.start}); is it a binary file?",
+            f"{name}: not valid UTF-8 text ({exc.reason} at byte {exc.start}); "
+            "save it as UTF-8 or UTF-16 with a BOM. Is it a binary file?",
             code="binary_file",
         ) from exc
 
@@ -363,11 +386,52 @@ _JSONL_RESERVED = {
 }
 
 
+# Limits of the ``Document`` fields a JSONL line fills (see ``knowledge.models.Document``).
+_MAX_EXTERNAL_ID = 1000
+_MAX_URI = 2000
+_MAX_TITLE = 500
+# The database refuses NUL characters and lone surrogates (they cannot be encoded as UTF-8).
+_BAD_CHARACTER = re.compile("[\x00\ud800-\udfff]")
+
+
+def _jsonl_error(name: str, number: int, problem: str) -> InvalidInput:
+    return InvalidInput(f"{name}, line {number}: {problem}", code="malformed_jsonl")
+
+
+def _check_characters(value, *, what: str, name: str, number: int) -> None:
+    """Raise ``InvalidInput`` if a string in ``value`` (nested keys and values too) can't be stored."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_characters(key, what=what, name=name, number=number)
+            label = f"field {key!r}" if what == "a field name" else f"{what}[{key!r}]"
+            _check_characters(item, what=label, name=name, number=number)
+    elif isinstance(value, list):
+        for item in value:
+            _check_characters(item, what=what, name=name, number=number)
+    elif isinstance(value, str):
+        match = _BAD_CHARACTER.search(value)
+        if match:
+            kind = "a NUL character" if match.group() == "\x00" else "an unpaired surrogate"
+            raise _jsonl_error(name, number, f"{what} contains {kind} (\\u{ord(match.group()):04x}).")
+
+
+def _check_length(value: str, limit: int, *, what: str, name: str, number: int) -> None:
+    if len(value) > limit:
+        raise _jsonl_error(
+            name, number, f"{what} is {len(value)} characters long; the limit is {limit} ({value[:40]!r}…)."
+        )
+
+
+def _reject_constant(constant: str):
+    raise ValueError(f"{constant} is not valid JSON")
+
+
 def _read_jsonl(text: str, *, name: str) -> list[ReadDocument]:
     """One JSON object per line with a text field (``text``, ``body`` or ``content``).
 
     Optional: ``id``/``external_id``, ``title``, ``uri``/``url``, ``published_at``/``date``;
-    other keys become metadata. Any malformed line rejects the whole file.
+    other keys become metadata. Any malformed line rejects the whole file: bad JSON, an id over
+    1,000 or a uri over 2,000 characters, a NUL character, an impossible date.
     """
     docs: list[ReadDocument] = []
     seen: set[str] = set()
@@ -375,37 +439,30 @@ def _read_jsonl(text: str, *, name: str) -> list[ReadDocument]:
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InvalidInput(
-                f"{name}, line {number}: malformed JSON ({exc.msg}).",
-                code="malformed_jsonl",
-            ) from exc
+            row = json.loads(line, parse_constant=_reject_constant)
+        except (ValueError, RecursionError) as exc:
+            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc) or "nested too deeply"
+            raise _jsonl_error(name, number, f"malformed JSON ({reason}).") from exc
         if not isinstance(row, dict):
-            raise InvalidInput(
-                f"{name}, line {number}: expected a JSON object.",
-                code="malformed_jsonl",
-            )
+            raise _jsonl_error(name, number, "expected a JSON object.")
+        _check_characters(row, what="a field name", name=name, number=number)
         body = next((row[k] for k in _JSONL_TEXT_KEYS if isinstance(row.get(k), str)), None)
         if body is None or not body.strip():
-            raise InvalidInput(
-                f"{name}, line {number}: no non-empty 'text', 'body' or 'content' field.",
-                code="malformed_jsonl",
-            )
+            raise _jsonl_error(name, number, "no non-empty 'text', 'body' or 'content' field.")
         title = str(row.get("title") or "").strip()
         external_id = str(row.get("external_id") or row.get("id") or title or f"{name}#{number}")
+        _check_length(external_id, _MAX_EXTERNAL_ID, what="the id", name=name, number=number)
         if external_id in seen:
-            raise InvalidInput(
-                f"{name}, line {number}: duplicate id {external_id!r}.",
-                code="malformed_jsonl",
-            )
+            raise _jsonl_error(name, number, f"duplicate id {external_id!r}.")
         seen.add(external_id)
+        uri = str(row.get("uri") or row.get("url") or "")
+        _check_length(uri, _MAX_URI, what="the uri", name=name, number=number)
         normalized = normalize_text(body)
         docs.append(
             ReadDocument(
                 external_id=external_id,
-                uri=str(row.get("uri") or row.get("url") or ""),
-                title=(title or _title_from(normalized, external_id))[:500],
+                uri=uri,
+                title=(title or _title_from(normalized, external_id))[:_MAX_TITLE],
                 text=normalized,
                 published_at=_parse_when(row.get("published_at") or row.get("date"), name=name, number=number),
                 metadata={k: v for k, v in row.items() if k not in _JSONL_RESERVED},
@@ -417,12 +474,16 @@ def _read_jsonl(text: str, *, name: str) -> list[ReadDocument]:
 
 
 def _parse_when(value, *, name: str, number: int) -> datetime | None:
+    """``published_at``/``date`` as an aware datetime; ``InvalidInput`` naming the line if impossible."""
     if value in (None, ""):
         return None
-    parsed = parse_datetime(str(value))
+    try:
+        parsed = parse_datetime(str(value))
+        if parsed is None:
+            day = parse_date(str(value))
+            parsed = datetime(day.year, day.month, day.day) if day else None
+    except ValueError as exc:  # well-formed but impossible, e.g. 2024-02-30 or 25:61
+        raise _jsonl_error(name, number, f"invalid date {value!r} ({exc}).") from exc
     if parsed is None:
-        day = parse_date(str(value))
-        parsed = datetime(day.year, day.month, day.day) if day else None
-    if parsed is None:
-        raise InvalidInput(f"{name}, line {number}: unreadable date {value!r}.", code="malformed_jsonl")
+        raise _jsonl_error(name, number, f"unreadable date {value!r}.")
     return parsed if parsed.tzinfo else make_aware(parsed)

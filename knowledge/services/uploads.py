@@ -24,8 +24,15 @@ from knowledge.services.tenants import source_get_or_create
 logger = logging.getLogger(__name__)
 
 
+# File systems limit a name to 255 bytes (not characters): 300 CJK characters are 900 bytes.
+_MAX_STORED_NAME_BYTES = 200
+_MAX_SUFFIX_BYTES = 20
+# Option limits: ``Document.external_id`` and ``Document.title`` (see ``knowledge.models``).
+_OPTION_LIMITS = {"external_id": 1000, "title": 500}
+
+
 def _safe_file_name(file_name: str) -> str:
-    """A file name safe to store on disk: no folders, no odd characters, its suffix kept."""
+    """A file name safe to store on disk: no folders, no odd characters, at most 200 bytes, its suffix kept."""
     from django.core.exceptions import SuspiciousFileOperation
     from django.utils.text import get_valid_filename
 
@@ -34,7 +41,13 @@ def _safe_file_name(file_name: str) -> str:
         safe = Path(get_valid_filename(base))
     except SuspiciousFileOperation:
         safe = Path("upload" + Path(base).suffix.lower())
-    return safe.stem[:150] + safe.suffix[:20]
+    suffix = _utf8_prefix(safe.suffix, _MAX_SUFFIX_BYTES)
+    return _utf8_prefix(safe.stem, _MAX_STORED_NAME_BYTES - len(suffix.encode())) + suffix
+
+
+def _utf8_prefix(text: str, limit: int) -> str:
+    """The longest prefix of ``text`` that is at most ``limit`` bytes of UTF-8 (whole characters)."""
+    return text.encode("utf-8")[:limit].decode("utf-8", "ignore")
 
 
 def upload_ingest(*, tenant: Tenant, source_name: str, file_name: str, data: bytes, options: dict) -> IngestionJob:
@@ -50,19 +63,25 @@ def upload_ingest(*, tenant: Tenant, source_name: str, file_name: str, data: byt
     if not source_name.strip():
         raise InvalidInput("A source needs a name.")
     options = {k: v for k, v in options.items() if v not in (None, "")}
+    for key, limit in _OPTION_LIMITS.items():
+        value = str(options.get(key, ""))
+        if len(value) > limit:
+            raise InvalidInput(f"{file_name}: {key} is {len(value)} characters long; the limit is {limit}.")
+        if "\x00" in value:
+            raise InvalidInput(f"{file_name}: {key} contains a NUL character.")
     read_bytes(data, name=file_name, fmt=options.get("format"))
 
     folder = Path(settings.KB_DATA_DIR) / "uploads" / tenant.slug / uuid.uuid4().hex
     stored = folder / _safe_file_name(file_name)
-    folder.mkdir(parents=True)
-    stored.write_bytes(data)
-    try:
+    try:  # any failure from here on leaves no folder behind
+        folder.mkdir(parents=True)
+        stored.write_bytes(data)
         with transaction.atomic():
             source = source_get_or_create(tenant=tenant, name=source_name, kind=Source.Kind.UPLOAD)
             job = IngestionJob.objects.create(
                 tenant=tenant,
                 source=source,
-                file_name=Path(file_name.replace("\\", "/")).name[:500],
+                file_name=Path(file_name.replace("\\", "/")).name.replace("\x00", "")[:500],
                 stored_path=str(stored),
                 options=options,
             )

@@ -52,8 +52,8 @@ def test_a_user_without_a_tenant_is_refused_with_403():
     }
 
 
-@pytest.mark.django_db
-def test_the_openapi_schema_is_served():
-    response = APIClient().get("/api/schema/")
+def test_the_openapi_schema_is_served_to_a_signed_in_caller_only(member_client):
+    assert APIClient().get("/api/schema/").status_code in (401, 403)
+    response = member_client.get("/api/schema/")
     assert response.status_code == 200
     assert b"/api/v1/documents/" in response.content
