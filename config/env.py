@@ -111,3 +111,25 @@ def env_json(name: str, default: object) -> object:
         return json.loads(value)
     except ValueError as exc:
         raise ImproperlyConfigured(f"{name} is not valid JSON: {exc}.") from exc
+
+
+def local_secret_key(path: Path) -> str:
+    """The secret key stored in ``path``, generated there (random, 50 URL-safe characters,
+    file mode 0600) the first time; ``ImproperlyConfigured`` when it cannot be read or written."""
+    import secrets
+
+    try:
+        if not path.exists():
+            key = secrets.token_urlsafe(50)
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(descriptor, "w") as file:
+                file.write(key)
+            return key
+        key = path.read_text().strip()
+    except FileExistsError:  # another process made it first
+        key = path.read_text().strip()
+    except OSError as exc:
+        raise ImproperlyConfigured(f"Cannot keep the local secret key in {path}: {exc}. Set SECRET_KEY.") from exc
+    if len(key) < 32:
+        raise ImproperlyConfigured(f"The secret key in {path} is too short; delete the file or set SECRET_KEY.")
+    return key

@@ -21,21 +21,25 @@ from config.env import (
     env_path,
     env_str,
     env_url,
+    local_secret_key,
 )
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 DEBUG = env_bool("DEBUG", False)
-SECRET_KEY = env_str("SECRET_KEY")
-if not SECRET_KEY:
-    if not DEBUG and env_bool("KB_REQUIRE_SECRET_KEY", False):
-        raise ImproperlyConfigured("SECRET_KEY must be set.")
-    # Local use only: a fixed key for the embedded demo; production sets SECRET_KEY.
-    SECRET_KEY = "insecure-local-key-set-SECRET_KEY-in-production"
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
 
 # Where the embedded database, uploads and downloaded demo documents live.
 KB_DATA_DIR = env_path("KB_DATA_DIR", BASE_DIR / ".kb-data")
+KB_DATA_DIR.mkdir(parents=True, exist_ok=True)
+
+SECRET_KEY = env_str("SECRET_KEY")
+if not SECRET_KEY:
+    if env_bool("KB_REQUIRE_SECRET_KEY", False):
+        raise ImproperlyConfigured("SECRET_KEY must be set.")
+    # No built-in key: an installation without SECRET_KEY (the demo) gets a random one, made
+    # once and kept in KB_DATA_DIR/secret-key (owner-only). Production sets SECRET_KEY.
+    SECRET_KEY = local_secret_key(KB_DATA_DIR / "secret-key")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
