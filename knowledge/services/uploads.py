@@ -27,8 +27,6 @@ logger = logging.getLogger(__name__)
 # File systems limit a name to 255 bytes (not characters): 300 CJK characters are 900 bytes.
 _MAX_STORED_NAME_BYTES = 200
 _MAX_SUFFIX_BYTES = 20
-# Option limits: ``Document.external_id`` and ``Document.title`` (see ``knowledge.models``).
-_OPTION_LIMITS = {"external_id": 1000, "title": 500}
 
 
 def _safe_file_name(file_name: str) -> str:
@@ -63,12 +61,6 @@ def upload_ingest(*, tenant: Tenant, source_name: str, file_name: str, data: byt
     if not source_name.strip():
         raise InvalidInput("A source needs a name.")
     options = {k: v for k, v in options.items() if v not in (None, "")}
-    for key, limit in _OPTION_LIMITS.items():
-        value = str(options.get(key, ""))
-        if len(value) > limit:
-            raise InvalidInput(f"{file_name}: {key} is {len(value)} characters long; the limit is {limit}.")
-        if "\x00" in value:
-            raise InvalidInput(f"{file_name}: {key} contains a NUL character.")
     read_bytes(data, name=file_name, fmt=options.get("format"))
 
     folder = Path(settings.KB_DATA_DIR) / "uploads" / tenant.slug / uuid.uuid4().hex

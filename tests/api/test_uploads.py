@@ -72,6 +72,32 @@ BAD_FILES = [
         "malformed_jsonl",
         None,
     ),
+    (
+        "dates.jsonl",
+        b'{"id": "a", "text": "ok"}\n{"id": "b", "text": "ok", "published_at": "2024-02-30"}\n',
+        400,
+        "malformed_jsonl",
+        "dates.jsonl, line 2: invalid date '2024-02-30' (day is out of range for month).",
+    ),
+    (
+        "times.jsonl",
+        b'{"id": "a", "text": "ok", "published_at": "2024-13-01T25:61:00"}\n',
+        400,
+        "malformed_jsonl",
+        "times.jsonl, line 1: invalid date '2024-13-01T25:61:00' (month must be in 1..12).",
+    ),
+    (
+        "nul.jsonl",
+        b'{"id": "a", "text": "ok"}\n{"id": "b", "title": "B\\u0000", "text": "ok"}\n',
+        400,
+        "malformed_jsonl",
+        "nul.jsonl, line 2: field 'title' contains a NUL character (\\u0000).",
+    ),
+    ("meta.jsonl", b'{"id": "a", "text": "ok", "team": "x\\u0000"}\n', 400, "malformed_jsonl", None),
+    ("text.jsonl", b'{"id": "a", "text": "o\\u0000k"}\n', 400, "malformed_jsonl", None),
+    ("ids.jsonl", b'{"id": "' + b"i" * 1001 + b'", "text": "ok"}\n', 400, "malformed_jsonl", None),
+    ("uris.jsonl", b'{"id": "a", "uri": "' + b"u" * 2001 + b'", "text": "ok"}\n', 400, "malformed_jsonl", None),
+    ("odd.txt", b"\xff\xfeH\x00i\x00!", 400, "binary_file", None),
 ]
 
 
@@ -130,3 +156,49 @@ def test_an_upload_without_a_file_is_a_400_in_the_error_shape(tenant, editor_cli
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "invalid_input"
     assert "file" in response.json()["error"]["message"]
+
+
+def test_utf16_text_with_a_bom_is_ingested(tenant, editor_client, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        response = upload(editor_client, "notes.md", NOTE.decode().encode("utf-16"))
+    assert response.status_code == 202
+    assert editor_client.get(response.json()["urls"]["self"]).json()["status"] == "done"
+    assert Document.objects.get(tenant=tenant, external_id="notes.md").title == "Onboarding"
+
+
+def test_a_very_long_file_name_is_stored_within_200_bytes(
+    tenant, editor_client, upload_dir, django_capture_on_commit_callbacks
+):
+    name = "文" * 300 + ".md"
+    with django_capture_on_commit_callbacks(execute=True):
+        response = upload(editor_client, name, NOTE)
+    assert response.status_code == 202
+    assert editor_client.get(response.json()["urls"]["self"]).json()["status"] == "done"
+    [stored] = (upload_dir / tenant.slug).glob("*/*")
+    assert stored.suffix == ".md"
+    assert 190 < len(stored.name.encode()) <= 200
+    assert stored.name == "文" * 65 + ".md"
+
+
+@pytest.mark.parametrize("failure", ["write", "database"])
+def test_a_failure_after_validation_leaves_no_folder_behind(tenant, upload_dir, monkeypatch, failure):
+    from knowledge.services import uploads
+
+    if failure == "write":  # e.g. "File name too long" from the file system
+        monkeypatch.setattr(uploads, "_safe_file_name", lambda name: "x" * 300 + ".md")
+        expected = OSError
+    else:
+        monkeypatch.setattr(uploads, "source_get_or_create", lambda **kw: (_ for _ in ()).throw(RuntimeError("db")))
+        expected = RuntimeError
+    with pytest.raises(expected):
+        uploads.upload_ingest(tenant=tenant, source_name="uploads", file_name="a.md", data=NOTE, options={})
+    assert not any((upload_dir / tenant.slug).iterdir())
+    assert not IngestionJob.objects.for_tenant(tenant).exists()
+
+
+@pytest.mark.parametrize(("field", "value"), [("external_id", "i" * 1001), ("title", "t" * 501), ("title", "a\x00b")])
+def test_upload_options_over_the_model_limits_are_refused(tenant, editor_client, upload_dir, field, value):
+    response = upload(editor_client, "onboarding.md", NOTE, **{field: value})
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_input"  # the API's serializer checks the options
+    assert not upload_dir.exists()

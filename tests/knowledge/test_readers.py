@@ -1,3 +1,5 @@
+import json
+
 import pytest
 
 from core.errors import InvalidInput, UnsupportedFileType
@@ -104,3 +106,70 @@ def test_a_pdf_is_read_into_text():
     document = read_bytes(_minimal_pdf("Quarterly travel policy"), name="policy.pdf")[0]
     assert "Quarterly travel policy" in document.text
     assert document.metadata == {"pages": 1}
+
+
+@pytest.mark.parametrize("value", ["2024-02-30", "2024-13-01T25:61:00"])
+def test_an_impossible_jsonl_date_names_the_line_and_the_value(value):
+    data = b'{"id": "a", "text": "ok"}\n' + json.dumps({"id": "b", "text": "ok", "published_at": value}).encode()
+    with pytest.raises(InvalidInput, match=rf"docs.jsonl, line 2: invalid date '{value}'"):
+        read_bytes(data, name="docs.jsonl")
+
+
+BAD_JSONL_ROWS = [
+    ({"id": "a", "title": "Ti\x00tle", "text": "ok"}, "field 'title' contains a NUL character"),
+    ({"id": "a", "text": "ok", "team": {"name": "x\x00"}}, "field 'team'\\['name'\\] contains a NUL character"),
+    ({"id": "a", "text": "o\x00k"}, "field 'text' contains a NUL character"),
+    ({"id": "a", "text": "ok", "bad\x00key": 1}, "a field name contains a NUL character"),
+    ({"id": "a", "text": "o\ud800k"}, "field 'text' contains an unpaired surrogate"),
+    ({"id": "i" * 1001, "text": "ok"}, "the id is 1001 characters long; the limit is 1000"),
+    ({"id": "a", "uri": "https://x/" + "u" * 1991, "text": "ok"}, "the uri is 2001 characters long; the limit is 2000"),
+    ({"id": "a", "text": "ok", "score": float("nan")}, "malformed JSON \\(NaN is not valid JSON\\)"),
+]
+
+
+@pytest.mark.parametrize(("row", "message"), BAD_JSONL_ROWS)
+def test_jsonl_values_the_database_cannot_store_are_refused_naming_the_line(row, message):
+    data = b'{"id": "first", "text": "ok"}\n' + json.dumps(row).encode()
+    with pytest.raises(InvalidInput, match=f"docs.jsonl, line 2: {message}"):
+        read_bytes(data, name="docs.jsonl")
+
+
+def test_jsonl_at_the_model_field_limits_is_accepted():
+    row = {"id": "i" * 1000, "uri": "u" * 2000, "title": "t" * 600, "text": "ok"}
+    [document] = read_bytes(json.dumps(row).encode(), name="docs.jsonl")
+    assert (len(document.external_id), len(document.uri), len(document.title)) == (1000, 2000, 500)
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-8-sig"])
+def test_text_with_a_byte_order_mark_is_decoded(encoding):
+    text = "# Café\n\nÜber die Straße: 東京.\n"
+    data = text.encode(encoding)
+    if encoding in ("utf-16-le", "utf-16-be"):
+        data = ("\ufeff" + text).encode(encoding)
+    [document] = read_bytes(data, name="notes.md")
+    assert (document.title, document.text) == ("Café", "# Café\n\nÜber die Straße: 東京.")
+
+
+def test_utf16_jsonl_is_decoded():
+    data = '{"id": "a", "title": "Größe", "text": "ok"}\n'.encode("utf-16")
+    assert read_bytes(data, name="docs.jsonl")[0].title == "Größe"
+
+
+def test_undecodable_text_names_the_encoding_problem():
+    with pytest.raises(InvalidInput, match="not valid UTF-8 text \\(invalid continuation byte at byte 3\\)"):
+        read_bytes(b"caf\xe9 au lait", name="notes.txt")
+    with pytest.raises(InvalidInput, match="not valid UTF-16-LE text \\(truncated data"):
+        read_bytes(b"\xff\xfeH\x00i\x00!", name="notes.txt")
+
+
+@pytest.mark.parametrize("value", ["2024-02-30", "2024-13-01T25:61:00"])
+def test_manage_py_ingest_reports_an_impossible_date_as_a_command_error(tenant, source, tmp_path, value):
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    from knowledge.models import Document
+
+    (tmp_path / "docs.jsonl").write_text(json.dumps({"id": "a", "text": "ok", "published_at": value}) + "\n")
+    with pytest.raises(CommandError, match=f"docs.jsonl, line 1: invalid date '{value}'"):
+        call_command("ingest", str(tmp_path), tenant=tenant.slug, source=source.name, json=True)
+    assert not Document.objects.for_tenant(tenant).exists()
