@@ -12,7 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.errors import InvalidInput, PayloadTooLarge
-from knowledge.ingestion.readers import read_bytes, read_path
+from knowledge.ingestion.readers import read_bytes
 from knowledge.models import (
     IngestionJob,
     Source,
@@ -98,7 +98,16 @@ def ingestion_job_run(*, job_id: int) -> IngestionJob:
         return job
     try:
         options = job.options or {}
-        documents = read_path(Path(job.stored_path), fmt=options.get("format"))
+        stored = Path(job.stored_path)
+        # The uri is the name the file was uploaded as, never the server's path (JSONL lines
+        # carry their own).
+        documents = read_bytes(
+            stored.read_bytes(),
+            name=stored.name,
+            external_id=stored.name if stored.suffix.lower() == ".jsonl" else stored.stem,
+            uri=job.file_name,
+            fmt=options.get("format"),
+        )
         if len(documents) == 1:  # a JSONL file names its documents itself
             documents[0].external_id = options.get("external_id") or job.file_name
             documents[0].title = options.get("title") or documents[0].title

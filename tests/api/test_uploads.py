@@ -45,6 +45,8 @@ def test_an_upload_stores_the_file_under_the_tenants_upload_folder(
     assert str(stored) == job.stored_path
     assert stored.name == "evil_name.md"
     assert stored.read_bytes() == NOTE
+    document = Document.objects.get(tenant=tenant)
+    assert document.uri == job.file_name and str(upload_dir) not in document.uri  # never the server's path
 
 
 def test_upload_options_set_the_source_id_title_and_reader(tenant, editor_client, django_capture_on_commit_callbacks):
