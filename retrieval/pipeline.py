@@ -39,9 +39,9 @@ from django.conf import settings
 
 from core.errors import InvalidInput
 from retrieval.config import MAX_QUERY_CHARS, MODES, SearchConfig
-from retrieval.flows import KINDS, flow_for
+from retrieval.flows import KINDS, flow_for, ranking_for
 from retrieval.llm import configured_llm
-from retrieval.run import RunContext, retrieval_stages
+from retrieval.run import RunContext
 from retrieval.stages import pack
 from retrieval.stages.retrieve.filters import RetrievalFilter
 from retrieval.stages.score import score_stage
@@ -185,6 +185,22 @@ class RetrievalRun:
     total_ms: float
     timings_ms: dict[str, float]
 
+    @classmethod
+    def of(cls, run: RunContext, *, plan: QueryPlan, results: list[SearchResult], total_ms: float) -> RetrievalRun:
+        """The record of ``run``'s retrieval: its spec, steps, usage and degradation so far."""
+        return cls(
+            pipeline=run.spec.name,
+            spec=run.spec,
+            plan=plan,
+            results=results,
+            steps=run.steps,
+            usage=run.usage,
+            degraded=run.degraded,
+            degraded_reason="; ".join(run.reasons),
+            total_ms=total_ms,
+            timings_ms={name: round(ms, 2) for name, ms in {**run.timings, "total_ms": total_ms}.items()},
+        )
+
 
 @dataclass
 class AnswerRun:
@@ -242,29 +258,6 @@ def _spec_for(tenant, pipeline, overrides) -> PipelineSpec:
     return pipeline_spec(tenant=tenant, name=pipeline, overrides=overrides)
 
 
-def _rerank_depth(spec: PipelineSpec) -> int:
-    """How many fused candidates a pipeline's ranking reorders (SuperRAG grades its candidates)."""
-    return spec.superrag_candidates if spec.kind == "superrag" else 0
-
-
-def _rerank(run: RunContext, query: str, results: list[SearchResult]) -> list[SearchResult]:
-    """The ranking a pipeline's flow would answer from: SuperRAG's candidates by confidence, best
-    first (its LLM grades, or the LLM-free counterpart), the others as retrieved. Lets
-    evaluation runs measure SuperRAG's re-ranking, not only its candidates."""
-    if run.spec.kind != "superrag":
-        return results
-    from retrieval.flows.superrag import score_stage
-
-    depth = run.spec.superrag_candidates
-    scored, _kept = score_stage(run, query, results[:depth])
-    ranked = [candidate.result for candidate in sorted(scored, key=lambda candidate: -candidate.confidence)]
-    confidence = {candidate.chunk_id: candidate.confidence for candidate in scored}
-    return [
-        replace(result, score=confidence.get(result.chunk.pk, result.score), rank=rank)
-        for rank, result in enumerate(ranked + results[depth:], 1)
-    ]
-
-
 def pipeline_retrieve(
     *,
     tenant,
@@ -295,21 +288,9 @@ def pipeline_retrieve(
     where = RetrievalFilter.for_tenant(tenant, source_ids=source_ids)
     run = RunContext(tenant=tenant, spec=spec, where=where, llm=_llm_for(llm, use_llm))
     started = time.perf_counter()
-    plan, results = retrieval_stages(run, query, k=max(k, _rerank_depth(spec)), mode=mode, history=history)
-    results = _rerank(run, query, results)[:k]
+    plan, results = ranking_for(spec.kind)(run, query, k=k, mode=mode, history=history)
     total_ms = (time.perf_counter() - started) * 1000
-    return RetrievalRun(
-        pipeline=spec.name,
-        spec=spec,
-        plan=plan,
-        results=results,
-        steps=run.steps,
-        usage=run.usage,
-        degraded=run.degraded,
-        degraded_reason="; ".join(run.reasons),
-        total_ms=total_ms,
-        timings_ms={name: round(ms, 2) for name, ms in {**run.timings, "total_ms": total_ms}.items()},
-    )
+    return RetrievalRun.of(run, plan=plan, results=results, total_ms=total_ms)
 
 
 def pipeline_answer(
@@ -364,18 +345,7 @@ def pipeline_answer(
         "answer_ms": round((time.perf_counter() - answer_started) * 1000, 2),
         "total_ms": round(total_ms, 2),
     }
-    retrieval = RetrievalRun(
-        pipeline=spec.name,
-        spec=spec,
-        plan=plan,
-        results=results,
-        steps=run.steps,
-        usage=run.usage,
-        degraded=run.degraded,
-        degraded_reason="; ".join(run.reasons),
-        total_ms=search_ms,
-        timings_ms={name: round(ms, 2) for name, ms in run.timings.items()},
-    )
+    retrieval = RetrievalRun.of(run, plan=plan, results=results, total_ms=search_ms)
     result = AnswerRun(
         answer=answer,
         retrieval=retrieval,

@@ -20,6 +20,7 @@ from quality.services.runs import (
     dataset_evaluate,
     dataset_evaluate_pipelines,
     evaluation_run,
+    judgment_list_evaluate,
     pipeline_names_check,
 )
 
@@ -38,5 +39,6 @@ __all__ = [
     "evaluation_run",
     "judgment_list_import",
     "metrics_delta",
+    "judgment_list_evaluate",
     "pipeline_names_check",
 ]

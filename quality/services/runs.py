@@ -20,7 +20,7 @@ import secrets
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from core.errors import InvalidInput
+from core.errors import InvalidInput, NotFound
 from knowledge.ingestion.splitters import get_splitter
 from knowledge.models import DocumentVersion, Source, Tenant
 from knowledge.services import documents_ingest, source_get_or_create, tenant_create
@@ -302,3 +302,32 @@ def dataset_evaluate(
             evaluation_run_answers_add(run=run, judgment_list=judgment_list, log=log)
     run.refresh_from_db()
     return run
+
+
+def judgment_list_evaluate(
+    *,
+    tenant: Tenant,
+    name: str,
+    pipelines: list[str] | None = None,
+    mode: str | None = None,
+    answers: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> list[EvaluationRun]:
+    """Evaluate the tenant's own judgment list ``name`` in place, one run per pipeline.
+
+    ``pipelines`` default to the tenant's (one run); ``answers`` adds the answer measures
+    (``evaluation_run_answers_add``). ``NotFound`` naming the tenant's lists when ``name`` is
+    not one of them; ``InvalidInput`` for an unknown pipeline or mode.
+    """
+    names = pipeline_names_check(pipelines) if pipelines is not None else [None]
+    judgment_list = JudgmentList.objects.for_tenant(tenant).filter(name=name).first()
+    if judgment_list is None:
+        lists = ", ".join(JudgmentList.objects.for_tenant(tenant).order_by("name").values_list("name", flat=True))
+        raise NotFound(f"Tenant {tenant.slug!r} has no judgment list {name!r}; its lists: {lists or 'none'}.")
+    runs = [
+        evaluation_run(judgment_list=judgment_list, pipeline=pipeline, mode=mode, dataset=judgment_list.name, log=log)
+        for pipeline in names
+    ]
+    if answers:
+        runs = [evaluation_run_answers_add(run=run, judgment_list=judgment_list, log=log) for run in runs]
+    return runs

@@ -21,6 +21,12 @@ FLOWS = {
     "adaptive": "retrieval.flows.adaptive.adaptive_flow",
 }
 KINDS = tuple(FLOWS)
+# kind -> dotted path of the ranking its search and evaluation runs use,
+# ``ranking(run, query, *, k, mode, history) -> (plan, results)``; kinds not named here rank
+# with the shared rewrite, retrieve and fuse stages (``retrieval.run.retrieval_stages``).
+RANKINGS = {
+    "superrag": "retrieval.flows.superrag.superrag_ranking",
+}
 
 
 def flow_for(kind: str):
@@ -28,4 +34,9 @@ def flow_for(kind: str):
     return import_string(FLOWS[kind])
 
 
-__all__ = ["FLOWS", "KINDS", "Flow", "flow_for"]
+def ranking_for(kind: str):
+    """The ranking function of ``kind`` (see ``RANKINGS``)."""
+    return import_string(RANKINGS.get(kind, "retrieval.run.retrieval_stages"))
+
+
+__all__ = ["FLOWS", "KINDS", "RANKINGS", "Flow", "flow_for", "ranking_for"]

@@ -31,7 +31,7 @@ from retrieval.stages.rerank.llm_scoring import (
     candidates_score,
     sentences_best,
 )
-from retrieval.types import Answer, Passage, SearchResult
+from retrieval.types import Answer, Passage, QueryPlan, SearchResult
 
 NO_LLM = (
     "no LLM: confidence is the fused score relative to the best candidate's, relevant text the "
@@ -210,3 +210,22 @@ def superrag_flow(
         search_ms=search_ms,
         confidence=max(by_llm) if by_llm else None,
     )
+
+
+def superrag_ranking(
+    run: RunContext, query: str, *, k: int, mode: str, history: list[str] | None = None
+) -> tuple[QueryPlan, list[SearchResult]]:
+    """The ranking SuperRAG answers from, for search and evaluation runs: its
+    ``spec.superrag_candidates`` candidates graded (``score_stage``) and ordered by confidence,
+    best first (LLM grades, or the LLM-free counterpart's fused order), then the rest as
+    retrieved; the top ``k``. Lets evaluation runs measure SuperRAG's re-ranking."""
+    depth = run.spec.superrag_candidates
+    plan, results = retrieval_stages(run, query, k=max(k, depth), mode=mode, history=history)
+    scored, _kept = score_stage(run, query, results[:depth])
+    ranked = [candidate.result for candidate in sorted(scored, key=lambda candidate: -candidate.confidence)]
+    confidence = {candidate.chunk_id: candidate.confidence for candidate in scored}
+    ranking = [
+        replace(result, score=confidence.get(result.chunk.pk, result.score), rank=rank)
+        for rank, result in enumerate(ranked + results[depth:], 1)
+    ]
+    return plan, ranking[:k]

@@ -7,9 +7,7 @@ from django.core.management.base import CommandError
 
 from core.commands import TenantCommand
 from quality.importers import DATASETS, dataset_load
-from quality.models import JudgmentList
-from quality.services import dataset_evaluate, dataset_evaluate_pipelines, evaluation_run
-from quality.services.answers import evaluation_run_answers_add
+from quality.services import dataset_evaluate, dataset_evaluate_pipelines, judgment_list_evaluate, pipeline_names_check
 from retrieval.config import MODES
 from retrieval.pipeline import PIPELINE_NAMES
 
@@ -50,15 +48,7 @@ class Command(TenantCommand):
         )
 
     def handle(self, *args, **o):
-        pipelines = None
-        if o["pipeline"] is not None:
-            pipelines = list(dict.fromkeys(name.strip() for name in o["pipeline"].split(",") if name.strip()))
-            unknown = [name for name in pipelines if name not in PIPELINE_NAMES]
-            if unknown or not pipelines:
-                raise CommandError(
-                    f"Unknown pipeline(s): {', '.join(unknown) or '(none given)'}; "
-                    f"valid names: {', '.join(PIPELINE_NAMES)}."
-                )
+        pipelines = pipeline_names_check(o["pipeline"].split(",")) if o["pipeline"] is not None else None
         if o["tenant"] is not None or o["list_name"] is not None:
             return self._evaluate_list(o, pipelines)
         if o["dataset"] is None or not o["paths"]:
@@ -110,29 +100,16 @@ class Command(TenantCommand):
             raise CommandError("--dataset/--path and --tenant/--list exclude each other: give one pair.")
         if o["tenant"] is None or o["list_name"] is None:
             raise CommandError("--tenant and --list go together: the tenant's slug and its judgment list's name.")
-        tenant = self.tenant(o["tenant"])
-        judgment_list = JudgmentList.objects.for_tenant(tenant).filter(name=o["list_name"]).first()
-        if judgment_list is None:
-            names = ", ".join(JudgmentList.objects.for_tenant(tenant).order_by("name").values_list("name", flat=True))
-            raise CommandError(
-                f"Tenant {tenant.slug!r} has no judgment list {o['list_name']!r}; its lists: {names or 'none'}."
-            )
-        runs = [
-            evaluation_run(
-                judgment_list=judgment_list,
-                pipeline=name,
-                mode=o["mode"],
-                dataset=judgment_list.name,
-                log=self.stderr.write,
-            )
-            for name in (pipelines or [None])
-        ]
-        if o["answers"]:
-            runs = [
-                evaluation_run_answers_add(run=run, judgment_list=judgment_list, log=self.stderr.write) for run in runs
-            ]
+        runs = judgment_list_evaluate(
+            tenant=self.tenant(o["tenant"]),
+            name=o["list_name"],
+            pipelines=pipelines,
+            mode=o["mode"],
+            answers=o["answers"],
+            log=self.stderr.write,
+        )
         if o["json"]:
-            self._report_pipelines(runs, dataset_name=judgment_list.name, mode=o["mode"], as_json=True)
+            self._report_pipelines(runs, dataset_name=o["list_name"], mode=o["mode"], as_json=True)
             return
         for run in runs:
             metrics = "  ".join(f"{name} {value}" for name, value in run.metrics.items())
