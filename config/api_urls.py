@@ -3,7 +3,10 @@
 from django.urls import include, path
 
 from knowledge.apis import DocumentDetailApi, DocumentListApi, JobDetailApi
+from people.apis import ProfileApi
 from retrieval.apis import AskApi, SearchApi
+from retrieval.conversation_apis import ConversationDetailApi, ConversationListApi
+from retrieval.feedback_apis import FeedbackApi
 from retrieval.stream_apis import AskStreamApi
 from retrieval.trace_apis import TraceDetailApi
 
@@ -16,6 +19,10 @@ urlpatterns = [
     path("search/", SearchApi.as_view(), name="search"),
     path("ask/", AskApi.as_view(), name="ask"),
     path("ask/stream/", AskStreamApi.as_view(), name="ask-stream"),
+    path("conversations/", ConversationListApi.as_view(), name="conversation-list"),
+    path("conversations/<int:conversation_id>/", ConversationDetailApi.as_view(), name="conversation-detail"),
     path("traces/<int:trace_id>/", TraceDetailApi.as_view(), name="trace-detail"),
+    path("traces/<int:trace_id>/feedback/", FeedbackApi.as_view(), name="trace-feedback"),
+    path("profile/", ProfileApi.as_view(), name="profile"),
     path("settings/retrieval/", include("quality.api_urls")),
 ]

@@ -1,13 +1,15 @@
 """The Celery app. Without a broker (``CELERY_BROKER_URL``/``REDIS_URL`` unset) tasks run eagerly.
 
 Periodic tasks run under Celery beat: ``.venv/bin/celery -A config beat -l info`` (next to a
-worker, ``.venv/bin/celery -A config worker -l info``).
+worker, ``.venv/bin/celery -A config worker -l info``): trace retention, and the recovery of
+ingestion jobs whose worker died (their lease ran out), every ``KB_JOB_LEASE_S`` seconds.
 """
 
 import os
 
 from celery import Celery
 from celery.schedules import crontab
+from django.conf import settings
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -20,5 +22,10 @@ app.conf.beat_schedule = {
     "traces-prune-daily": {
         "task": "retrieval.tasks.traces_prune_task",
         "schedule": crontab(hour=3, minute=17),
+    },
+    # Re-queue ingestion jobs whose lease ran out (their worker was killed), once per lease.
+    "ingestion-jobs-recover": {
+        "task": "knowledge.tasks.ingestion_jobs_recover_task",
+        "schedule": float(settings.KB_JOB_LEASE_S),
     },
 }

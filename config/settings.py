@@ -6,9 +6,11 @@ Every variable goes through a typed helper in ``config.env`` that raises
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
 from config.env import (
@@ -52,9 +54,13 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "axes",
+    "csp",
     "knowledge",
     "retrieval",
     "quality",
+    "people",
     "portal",
     "demo",
 ]
@@ -68,6 +74,9 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "portal.csp.ContentSecurityPolicyMiddleware",
+    # Last, as django-axes asks: it turns a locked-out login into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -110,6 +119,25 @@ CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TIME_LIMIT = env_int("KB_TASK_TIME_LIMIT", 3600, minimum=10)
+# A running ingestion job holds a lease of this many seconds, renewed every third of it while its
+# worker lives; once it runs out (the worker died), a redelivered or retried task, or the recovery
+# task (Celery beat, every lease), takes the job over.
+KB_JOB_LEASE_S = env_int("KB_JOB_LEASE_S", 60, minimum=3)
+# A job started this many times without finishing (its worker keeps dying) is marked failed.
+KB_JOB_MAX_ATTEMPTS = env_int("KB_JOB_MAX_ATTEMPTS", 5, minimum=1)
+# Retries of a job after a temporary failure (database unreachable, embedding endpoint down),
+# with exponential backoff capped at KB_JOB_RETRY_BACKOFF_MAX_S seconds.
+KB_JOB_MAX_RETRIES = env_int("KB_JOB_MAX_RETRIES", 5, minimum=0)
+KB_JOB_RETRY_BACKOFF_MAX_S = env_int("KB_JOB_RETRY_BACKOFF_MAX_S", 300, minimum=1)
+# Redis redelivers an unacknowledged message after the visibility timeout: only once its task
+# must have ended (hard time limit) and its job's lease run out, so a slow but live task is never
+# run twice, and a killed worker's task comes back. Retry countdowns stay below it.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_TASK_TIME_LIMIT + KB_JOB_LEASE_S}
+if KB_JOB_RETRY_BACKOFF_MAX_S >= CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"]:
+    raise ImproperlyConfigured(
+        f"KB_JOB_RETRY_BACKOFF_MAX_S={KB_JOB_RETRY_BACKOFF_MAX_S} must be below KB_TASK_TIME_LIMIT + KB_JOB_LEASE_S "
+        "(the broker's visibility timeout), or Redis would deliver a delayed retry twice."
+    )
 
 # --- Models ---------------------------------------------------------------------------------
 OPENAI_API_KEY = env_str("OPENAI_API_KEY")
@@ -146,6 +174,13 @@ if not isinstance(KB_LLM_PRICES, dict) or not all(
         "with non-negative numbers."
     )
 KB_EMBED_BATCH_SIZE = env_int("KB_EMBED_BATCH_SIZE", 64, minimum=1)
+# How the "local" embedder (all-MiniLM-L6-v2) runs: "onnx" (ONNX Runtime, fp32, exported once from
+# the shipped weights into KB_DATA_DIR/models/), "torch" (sentence-transformers) or "onnx-int8"
+# (dynamic int8 quantization). "onnx" gives torch's vectors (cosine > 0.9999) with much faster
+# single queries; int8 lost 0.013 hybrid nDCG@10 on HotpotQA (benchmarks/embedders.py).
+KB_EMBEDDER_BACKEND = env_choice("KB_EMBEDDER_BACKEND", "onnx", ["torch", "onnx", "onnx-int8"])
+# Query embeddings kept per embedder (LRU; repeated questions skip the model); 0 disables.
+KB_QUERY_EMBED_CACHE = env_int("KB_QUERY_EMBED_CACHE", 1024, minimum=0)
 KB_MAX_UPLOAD_BYTES = env_int("KB_MAX_UPLOAD_BYTES", 20 * 1024 * 1024, minimum=1024)
 KB_FUSION = env_choice("KB_FUSION", "weighted", ["rrf", "weighted", "tm2c2", "dbsf"])
 # The answer pipeline a tenant uses unless its retrieval_config or the request names another.
@@ -175,6 +210,11 @@ STATIC_URL = "static/"
 STATIC_ROOT = KB_DATA_DIR / "static"
 STATIC_ROOT.mkdir(exist_ok=True)
 LOGIN_URL = "portal:login"
+# AxesStandaloneBackend first: it refuses a locked-out username+IP before any password check.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
 LOGIN_REDIRECT_URL = "portal:ask"
 LOGOUT_REDIRECT_URL = "portal:login"
 
@@ -203,6 +243,10 @@ REST_FRAMEWORK = {
     },
 }
 SPECTACULAR_SETTINGS = {
+    # Swagger UI from drf-spectacular-sidecar's static files: /api/docs/ works offline and under the CSP.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     "TITLE": "Knowledge base API",
     "DESCRIPTION": "Ingest a team's documents; search them and ask questions with cited answers.",
     "VERSION": "1.0.0",
@@ -214,6 +258,58 @@ SPECTACULAR_SETTINGS = {
         else "rest_framework.permissions.IsAuthenticated"
     ],
 }
+
+# --- Security --------------------------------------------------------------------------------
+# Login throttling (django-axes) for the portal's and the admin's sign-in forms: after
+# KB_LOGIN_FAILURE_LIMIT failed attempts by one username from one IP address, that pair is locked
+# out for KB_LOGIN_COOLOFF_MINUTES (HTTP 429 and templates/portal/lockout.html); a successful
+# sign-in clears the pair's failures. The client IP is REMOTE_ADDR.
+AXES_FAILURE_LIMIT = env_int("KB_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("KB_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_HTTP_RESPONSE_CODE = 429
+AXES_LOCKOUT_TEMPLATE = "portal/lockout.html"
+AXES_USERNAME_CALLABLE = "portal.login.login_attempt_username"  # storable: no NUL, at most 255 chars
+
+# Content-Security-Policy (django-csp): no inline script or style, nothing from other origins, no
+# framing. The admin and the Swagger UI page carry small inline <style> blocks of their own, so
+# portal.csp.ContentSecurityPolicyMiddleware adds 'unsafe-inline' to style-src there only.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    },
+}
+KB_CSP_INLINE_STYLE_PREFIXES = ["/admin/", "/api/docs/"]
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+SESSION_COOKIE_HTTPONLY = True
+# KB_HTTPS=true when the site is served over HTTPS (directly or behind a proxy that sets
+# X-Forwarded-Proto): HTTP redirects to HTTPS, HSTS for KB_HSTS_SECONDS (default one year),
+# and the session and CSRF cookies are sent over HTTPS only.
+KB_HTTPS = env_bool("KB_HTTPS", False)
+if KB_HTTPS:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = True
+    SECURE_HSTS_SECONDS = env_int("KB_HSTS_SECONDS", 31_536_000, minimum=0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("KB_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env_bool("KB_HSTS_PRELOAD", False)
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    if not SECURE_HSTS_PRELOAD:
+        # Asking browsers to preload HSTS is a separate, hard-to-undo decision (KB_HSTS_PRELOAD).
+        SILENCED_SYSTEM_CHECKS = ["security.W021"]
 
 LOGGING = {
     "version": 1,

@@ -12,6 +12,7 @@ from django import forms
 from django.apps import apps
 from django.contrib import admin
 from django.contrib.auth import get_user_model
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 
 UNSCOPED = object()
 
@@ -31,6 +32,34 @@ def admin_tenant(request):
             )
             request._admin_tenant = membership.tenant if membership else None
     return request._admin_tenant
+
+
+def admin_view_tenant(request):
+    """The tenant a custom admin page shows: the staff member's, or ``?tenant=<slug>`` for a
+    superuser (``None`` until they pick one). ``PermissionDenied`` for staff without a tenant."""
+    tenant = admin_tenant(request)
+    if tenant is UNSCOPED:
+        slug = request.GET.get("tenant") or request.POST.get("tenant")
+        return apps.get_model("knowledge", "Tenant").objects.filter(slug=slug).first() if slug else None
+    if tenant is None:
+        raise DjangoPermissionDenied("Your account does not belong to any tenant.")
+    return tenant
+
+
+def tenant_page_context(model_admin, request, *, tenant, title: str, tenant_title: str) -> dict:
+    """The context every custom admin page of a tenant starts from (template
+    ``admin/quality/tenant_page.html``): the admin's, ``opts``, ``title`` (``tenant_title`` once a
+    tenant is chosen), ``tenant``, ``superuser`` and, until a superuser picks one, ``tenants``."""
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "opts": model_admin.model._meta,
+        "title": tenant_title if tenant else title,
+        "tenant": tenant,
+        "superuser": admin_tenant(request) is UNSCOPED,
+    }
+    if tenant is None:
+        context["tenants"] = apps.get_model("knowledge", "Tenant").objects.order_by("slug")
+    return context
 
 
 def _is_tenant_filter(entry) -> bool:
@@ -83,6 +112,12 @@ class TenantScopedAdmin(admin.ModelAdmin):
             if db_field.related_model is apps.get_model("knowledge", "Tenant") and tenant is not None:
                 kwargs["initial"] = tenant.pk
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def formfield_for_manytomany(self, db_field, request, **kwargs):
+        tenant = admin_tenant(request)
+        if tenant is not UNSCOPED:
+            kwargs["queryset"] = _choices_for(db_field.related_model, tenant)
+        return super().formfield_for_manytomany(db_field, request, **kwargs)
 
     def save_model(self, request, obj, form, change):
         tenant = admin_tenant(request)

@@ -8,7 +8,6 @@ from rest_framework.exceptions import ParseError
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
-from rest_framework.views import exception_handler
 
 from core.errors import ApplicationError
 
@@ -31,6 +30,10 @@ def api_exception_handler(exc, context):
     """DRF exception handler: one response shape for domain and framework errors."""
     if isinstance(exc, ApplicationError):
         return Response({"error": {"code": exc.code, "message": exc.message}}, status=exc.status)
+    # Imported here: rest_framework.views reads DEFAULT_PARSER_CLASSES (this module) on import, so a
+    # top-level import is circular when DRF's settings import this module first (system checks).
+    from rest_framework.views import exception_handler
+
     response = exception_handler(exc, context)
     if response is not None and isinstance(exc, drf_exceptions.APIException):
         detail = response.data

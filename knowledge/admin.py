@@ -58,8 +58,9 @@ class TenantAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         # Retrieval settings change through the quality gate (quality's "Propose retrieval
-        # settings"), which first evaluates them on the tenant's judgment lists.
-        gated = ["retrieval_config"] if obj is not None else []
+        # settings"), which first evaluates them on the tenant's judgment lists and refuses bad
+        # values; a new tenant starts with the defaults, so the add form cannot store a bad value either.
+        gated = ["retrieval_config"]
         if request.user.is_superuser:
             return ["created_at", *gated]
         # Changing the embedder needs a re-embed of every chunk: a superuser's job.
@@ -236,7 +237,7 @@ class ChunkAdmin(ReadOnlyAdminMixin, TenantScopedAdmin):
 
 @admin.register(IngestionJob)
 class IngestionJobAdmin(ReadOnlyAdminMixin, TenantScopedAdmin):
-    list_display = ["file_name", "tenant", "source", "status", "created_at", "finished_at"]
+    list_display = ["file_name", "tenant", "source", "status", "attempts", "worker_id", "created_at", "finished_at"]
     list_filter = ["tenant", ("source", admin.RelatedOnlyFieldListFilter), "status"]
     list_select_related = ["tenant", "source"]
     search_fields = ["file_name", "error"]

@@ -44,9 +44,15 @@ class Membership(models.Model):
     """A user's role in a tenant. A user belongs to at most one tenant."""
 
     class Role(models.TextChoices):
+        """What a member may do: viewers ask; members also give feedback and keep their history
+        (conversations); editors also upload and curate documents; admins and owners also manage
+        sources, members and settings."""
+
+        OWNER = "owner", "Owner"
         ADMIN = "admin", "Admin"
         EDITOR = "editor", "Editor"
         MEMBER = "member", "Member"
+        VIEWER = "viewer", "Viewer"
 
     user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="membership")
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
@@ -59,7 +65,13 @@ class Membership(models.Model):
 
     @property
     def can_edit(self) -> bool:
-        return self.role in (self.Role.ADMIN, self.Role.EDITOR)
+        """May upload, change and delete documents."""
+        return self.role in (self.Role.OWNER, self.Role.ADMIN, self.Role.EDITOR)
+
+    @property
+    def can_participate(self) -> bool:
+        """May give feedback and keep a history of conversations (every role but viewer)."""
+        return self.role != self.Role.VIEWER
 
 
 class Source(models.Model):
@@ -233,7 +245,15 @@ class Chunk(models.Model):
 
 
 class IngestionJob(models.Model):
-    """An ingestion request (an API upload or a batch of paths) and its outcome."""
+    """An ingestion request (an API upload, or a file queued by ``manage.py ingest --async``) and its outcome.
+
+    A job stores all of its documents or none (``knowledge.services.documents_ingest``): ``done``
+    means ``result`` lists every document stored; ``failed`` means nothing was stored and
+    ``error`` says why. A worker running a job holds a lease (``worker_id`` until
+    ``lease_expires_at``, renewed while it works); a job whose lease ran out (its worker died) is
+    taken over by the next delivery of its task or by the recovery task. ``progress`` is
+    ``{"stage", "documents", "chunks_total", "chunks_embedded"}`` while it runs.
+    """
 
     class Status(models.TextChoices):
         PENDING = "pending", "Pending"
@@ -249,7 +269,12 @@ class IngestionJob(models.Model):
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     result = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True)
+    progress = models.JSONField(default=dict, blank=True)
+    worker_id = models.CharField(max_length=200, blank=True, help_text="The worker holding the lease (host/pid).")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0, help_text="How many times a worker started the job.")
     created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     objects = TenantScopedQuerySet.as_manager()
@@ -258,6 +283,12 @@ class IngestionJob(models.Model):
         indexes = [
             # The API lists a tenant's recent jobs.
             models.Index(fields=["tenant", "-created_at"], name="job_tenant_created_idx"),
+            # The recovery task looks for running jobs whose lease ran out.
+            models.Index(
+                fields=["lease_expires_at"],
+                condition=Q(status="running"),
+                name="job_running_lease_idx",
+            ),
         ]
 
     def __str__(self) -> str:

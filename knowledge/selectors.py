@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from django.db.models import Count, OuterRef, Prefetch, QuerySet, Subquery
+from django.db.models import Count, IntegerField, Max, OuterRef, Prefetch, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 
 from core.errors import InvalidInput, NotFound, PermissionDenied
 from knowledge.models import Chunk, Document, DocumentVersion, IngestionJob, Membership, Source, Tenant
@@ -76,3 +77,36 @@ def source_ids_for_names(*, tenant: Tenant, names: list[str]) -> list[int] | Non
     if missing:
         raise InvalidInput(f"Unknown source(s): {', '.join(missing)}.", code="unknown_source")
     return list(found.values())
+
+
+def source_overview(*, tenant: Tenant) -> QuerySet[Source]:
+    """The tenant's sources by name, each with ``document_count``, ``chunk_count`` (of current
+    versions), ``newest_published`` (latest ``published_at`` of a current version; ``None`` if
+    undated) and ``last_ingested`` (when a current version was last stored)."""
+
+    def per_source(queryset, path: str, aggregate):
+        return Subquery(
+            queryset.filter(**{path: OuterRef("pk")})
+            .order_by()
+            .values(path)
+            .annotate(value=aggregate)
+            .values("value")[:1]
+        )
+
+    current = DocumentVersion.objects.filter(is_current=True)
+    return (
+        Source.objects.for_tenant(tenant)
+        .annotate(
+            document_count=Coalesce(
+                per_source(Document.objects.all(), "source", Count("id")), 0, output_field=IntegerField()
+            ),
+            chunk_count=Coalesce(
+                per_source(Chunk.objects.filter(version__is_current=True), "version__document__source", Count("id")),
+                0,
+                output_field=IntegerField(),
+            ),
+            newest_published=per_source(current, "document__source", Max("published_at")),
+            last_ingested=per_source(current, "document__source", Max("ingested_at")),
+        )
+        .order_by("name")
+    )

@@ -2,21 +2,59 @@
 
 from __future__ import annotations
 
-from celery import shared_task
+import os
+
+from celery import Task, shared_task
 from django.conf import settings
 
-from knowledge.services import ingestion_job_run
+from knowledge.services import (
+    TRANSIENT_ERRORS,
+    IngestionJobBusy,
+    ingestion_job_fail,
+    ingestion_job_run,
+    ingestion_jobs_recover,
+)
+
+
+class IngestionJobTask(Task):
+    """Marks the job failed once its task gives up (retries spent), unless a live worker holds it."""
+
+    def on_failure(self, exc, task_id, args, kwargs, einfo):
+        job_id = args[0] if args else kwargs.get("job_id")
+        if job_id is not None:
+            ingestion_job_fail(job_id=job_id, message=f"The job gave up after {self.request.retries} retries.")
 
 
 @shared_task(
+    bind=True,
+    base=IngestionJobTask,
     acks_late=True,
+    # A worker process killed mid-task (SIGKILL, out of memory) gets its message back to the
+    # queue; the job's lease, then its attempts cap (KB_JOB_MAX_ATTEMPTS), decide what runs.
+    reject_on_worker_lost=True,
+    autoretry_for=TRANSIENT_ERRORS,
+    max_retries=settings.KB_JOB_MAX_RETRIES,
+    retry_backoff=True,
+    retry_backoff_max=settings.KB_JOB_RETRY_BACKOFF_MAX_S,
+    retry_jitter=True,
     time_limit=settings.CELERY_TASK_TIME_LIMIT,
     soft_time_limit=max(settings.CELERY_TASK_TIME_LIMIT - 30, 10),
 )
-def ingestion_job_task(job_id: int) -> str:
-    """Run ingestion job ``job_id``; returns its final status.
+def ingestion_job_task(self, job_id: int) -> str:
+    """Run ingestion job ``job_id``; returns its final status (``"missing"`` if it was deleted).
 
-    No retries: the service records bad input (and any other failure) on the job, and a
-    job that is no longer pending is never run twice.
+    Temporary failures (database, embedding endpoint) are retried with exponential backoff; a
+    job running under another worker's live lease is retried when that lease would run out
+    (and taken over then if that worker died). Bad input is recorded on the job, not retried.
     """
-    return ingestion_job_run(job_id=job_id).status
+    try:
+        job = ingestion_job_run(job_id=job_id, worker_id=f"{self.request.hostname or 'worker'}/{os.getpid()}")
+    except IngestionJobBusy as busy:
+        raise self.retry(countdown=busy.retry_in, exc=busy) from busy
+    return job.status if job is not None else "missing"
+
+
+@shared_task(time_limit=300)
+def ingestion_jobs_recover_task() -> list[int]:
+    """Re-queue ingestion jobs whose worker died (lease ran out); runs under Celery beat."""
+    return ingestion_jobs_recover()

@@ -15,5 +15,9 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", views.ask, name="ask"),
     path("ask/stream/", views.ask_stream, name="ask-stream"),
+    path("feedback/", views.feedback, name="feedback"),
+    path("conversations/", views.conversations, name="conversations"),
+    path("profile/", views.profile, name="profile"),
+    path("sources/", views.sources, name="sources"),
     path("documents/<int:document_id>/", views.document_detail, name="document"),
 ]

@@ -11,6 +11,7 @@ import re
 from functools import wraps
 
 from django import forms
+from django.conf import global_settings
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, JsonResponse, StreamingHttpResponse
 from django.shortcuts import render
@@ -21,8 +22,19 @@ from django.utils.safestring import SafeString
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from core.errors import ApplicationError, NotFound, PermissionDenied
-from knowledge.selectors import chunk_list_for_version, document_get, tenant_for_user
-from retrieval.pipeline import PIPELINE_NAMES, pipeline_answer
+from knowledge.selectors import (
+    chunk_list_for_version,
+    document_get,
+    membership_for_user,
+    source_overview,
+    tenant_for_user,
+)
+from people.models import Profile
+from people.services import profile_get, profile_update
+from retrieval.conversations import conversation_ask
+from retrieval.feedback import MAX_COMMENT_CHARS, feedback_give
+from retrieval.pipeline import PIPELINE_NAMES
+from retrieval.selectors import conversation_get, conversation_list
 from retrieval.streaming import CONTENT_TYPE, HEADERS, answer_events
 
 # Same pattern as the one the generate stage writes citations with: "[n]".
@@ -40,6 +52,31 @@ class AskForm(forms.Form):
         required=False,
         help_text="How to search: the tenant's default, or a named pipeline.",
     )
+    conversation = forms.IntegerField(min_value=1, max_value=2**63 - 1, required=False, widget=forms.HiddenInput)
+
+
+class FeedbackForm(forms.Form):
+    trace = forms.IntegerField(min_value=1, max_value=2**63 - 1, widget=forms.HiddenInput)
+    citation = forms.IntegerField(min_value=1, max_value=1000, required=False, widget=forms.HiddenInput)
+    rating = forms.ChoiceField(choices=(("up", "Helpful"), ("down", "Not helpful")))
+    comment = forms.CharField(max_length=MAX_COMMENT_CHARS, required=False)
+
+
+class ProfileForm(forms.Form):
+    title = forms.CharField(label="Role or title", max_length=200, required=False)
+    team = forms.CharField(max_length=200, required=False)
+    expertise = forms.ChoiceField(choices=[("", "not said"), *Profile.Expertise.choices], required=False)
+    language = forms.ChoiceField(
+        label="Preferred language", choices=[("", "not said"), *global_settings.LANGUAGES], required=False
+    )
+    preferred_sources = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple, required=False)
+    muted_sources = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple, required=False)
+    about = forms.CharField(label="About me", max_length=2000, required=False, widget=forms.Textarea(attrs={"rows": 4}))
+
+    def __init__(self, *args, source_names=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        for name in ("preferred_sources", "muted_sources"):
+            self.fields[name].choices = [(n, n) for n in source_names]
 
 
 def tenant_required(view):
@@ -80,28 +117,80 @@ def answer_with_links(text: str, urls: dict[int, str]) -> SafeString:
 @require_http_methods(["GET", "POST"])
 @tenant_required
 def ask(request, tenant):
-    form = AskForm(request.POST) if request.method == "POST" else AskForm()
+    """The ask page. A question continues the conversation named by the form's hidden
+    ``conversation`` (``?conversation=<id>`` opens one of the user's conversations), else starts one."""
+    if request.method == "POST":
+        form = AskForm(request.POST)
+    else:
+        form = AskForm(initial={"conversation": _id_param(request.GET.get("conversation", ""))})
     context = {"form": form, "tenant": tenant}
     if form.is_valid():
         try:
-            answer = pipeline_answer(
+            answer = conversation_ask(
                 tenant=tenant,
+                user=request.user,
                 question=form.cleaned_data["question"],
                 pipeline=form.cleaned_data["pipeline"] or None,
-                user=request.user,
+                conversation_id=form.cleaned_data["conversation"],
             ).as_dict()
+        except NotFound:
+            form.add_error(None, "That conversation is not yours or no longer exists; start a new one.")
         except ApplicationError as exc:
             form.add_error("question", exc.message)
         else:
-            context.update(answer_context(answer))
+            context.update(
+                answer_context(
+                    answer,
+                    thread=thread_context(tenant, request.user, answer),
+                    can_participate=membership_for_user(request.user).can_participate,
+                )
+            )
+            form = AskForm(initial={"conversation": answer.get("conversation_id")})
+            context["form"] = form
+    elif request.method == "GET" and form.initial.get("conversation"):
+        try:
+            conversation = conversation_get(
+                tenant=tenant, user=request.user, conversation_id=form.initial["conversation"]
+            )
+        except NotFound as exc:
+            raise Http404(exc.message) from exc
+        context["thread"] = {"conversation": conversation, "turns": list(conversation.turns.all())}
     return render(request, "portal/ask.html", context)
 
 
-def answer_context(answer: dict) -> dict:
+def _id_param(value: str) -> int | None:
+    return int(value) if _VERSION_NUMBER.fullmatch(value) else None
+
+
+def thread_context(tenant, user, answer: dict) -> dict | None:
+    """The conversation ``answer`` belongs to and its turns before this one, for ``portal/_thread.html``."""
+    if not answer.get("conversation_id"):
+        return None
+    conversation = conversation_get(tenant=tenant, user=user, conversation_id=answer["conversation_id"])
+    turns = [turn for turn in conversation.turns.all() if turn.order < answer["turn"]]
+    return {"conversation": conversation, "turns": turns}
+
+
+@require_GET
+@tenant_required
+def conversations(request, tenant):
+    """The user's conversations, most recent first (the first 100), each opening on the ask page."""
+    return render(
+        request,
+        "portal/conversations.html",
+        {"conversations": list(conversation_list(tenant=tenant, user=request.user)[:100])},
+    )
+
+
+def answer_context(answer: dict, *, thread: dict | None = None, can_participate: bool = True) -> dict:
     """What ``portal/_answer.html`` renders: ``answer`` (``AnswerRun.as_dict()``), its text as
-    escaped HTML with linked ``[n]`` (``answer_html``) and its ``citations`` with their ``url``."""
+    escaped HTML with linked ``[n]`` (``answer_html``), its ``citations`` with their ``url`` and
+    the conversation's earlier turns (``thread``, from ``thread_context``); feedback forms show
+    when ``can_participate`` (not for viewers)."""
     citations = [{**c, "url": citation_url(c)} for c in answer["citations"]]
     return {
+        "thread": thread,
+        "can_participate": can_participate,
         "answer": answer,
         "answer_html": answer_with_links(answer["answer"], {c["n"]: c["url"] for c in citations}),
         "citations": citations,
@@ -124,17 +213,100 @@ def ask_stream(request, tenant):
         return JsonResponse({"error": {"code": "invalid_input", "message": errors}}, status=400)
 
     def present(answer: dict) -> dict:
-        html = render_to_string("portal/_answer.html", answer_context(answer), request=request)
+        context = answer_context(
+            answer,
+            thread=thread_context(tenant, request.user, answer),
+            can_participate=membership_for_user(request.user).can_participate,
+        )
+        html = render_to_string("portal/_answer.html", context, request=request)
         return {**answer, "html": html}
 
     events = answer_events(
         tenant=tenant,
         user=request.user,
         present=present,
+        runner=conversation_ask,
         question=form.cleaned_data["question"],
         pipeline=form.cleaned_data["pipeline"] or None,
+        conversation_id=form.cleaned_data["conversation"],
     )
     return StreamingHttpResponse(events, content_type=CONTENT_TYPE, headers=HEADERS)
+
+
+@require_POST
+@tenant_required
+def feedback(request, tenant):
+    """Thumbs up or down (and a comment) on an answer or one citation (``retrieval.feedback``).
+
+    The answer's forms post here; the page's script asks for JSON (``{"message"}``, or an
+    ``error`` with status 400/404), a plain form post gets a thank-you page.
+    """
+    wants_json = "application/json" in request.headers.get("Accept", "")
+    form = FeedbackForm(request.POST)
+    if not form.is_valid():
+        message = "; ".join(f"{field}: {' '.join(errors)}" for field, errors in form.errors.items())
+        return _feedback_reply(request, wants_json, message, status=400)
+    data = form.cleaned_data
+    try:
+        feedback_give(
+            tenant=tenant,
+            user=request.user,
+            trace_id=data["trace"],
+            rating=data["rating"],
+            citation=data["citation"],
+            comment=data["comment"],
+        )
+    except NotFound:
+        return _feedback_reply(request, wants_json, "That answer is no longer on record.", status=404)
+    except ApplicationError as exc:
+        return _feedback_reply(request, wants_json, exc.message, status=400)
+    return _feedback_reply(request, wants_json, "Thanks for your feedback.", status=200)
+
+
+def _feedback_reply(request, wants_json: bool, message: str, *, status: int):
+    if wants_json:
+        body = {"message": message} if status == 200 else {"error": {"message": message}}
+        return JsonResponse(body, status=status)
+    return render(request, "portal/feedback.html", {"message": message}, status=status)
+
+
+@require_http_methods(["GET", "POST"])
+@tenant_required
+def profile(request, tenant):
+    """The user's profile in this tenant: what personalized answers know about them."""
+    current = profile_get(user=request.user)
+    names = list(source_overview(tenant=tenant).values_list("name", flat=True))
+    saved = False
+    if request.method == "POST":
+        form = ProfileForm(request.POST, source_names=names)
+        if form.is_valid():
+            try:
+                current = profile_update(user=request.user, **form.cleaned_data)
+            except ApplicationError as exc:
+                form.add_error(None, exc.message)
+            else:
+                saved = True
+    else:
+        form = ProfileForm(
+            source_names=names,
+            initial={
+                "title": current.title,
+                "team": current.team,
+                "expertise": current.expertise,
+                "language": current.language,
+                "preferred_sources": list(current.preferred_sources.values_list("name", flat=True)),
+                "muted_sources": list(current.muted_sources.values_list("name", flat=True)),
+                "about": current.about,
+            },
+        )
+    return render(request, "portal/profile.html", {"form": form, "saved": saved, "tenant": tenant})
+
+
+@require_GET
+@tenant_required
+def sources(request, tenant):
+    """The tenant's sources with their document and chunk counts and how fresh they are."""
+    return render(request, "portal/sources.html", {"sources": list(source_overview(tenant=tenant)), "tenant": tenant})
 
 
 @require_GET

@@ -22,9 +22,13 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from core.admin import UNSCOPED, ReadOnlyAdminMixin, TenantScopedAdmin, admin_tenant
+from core.admin import (
+    ReadOnlyAdminMixin,
+    TenantScopedAdmin,
+    admin_view_tenant,
+    tenant_page_context,
+)
 from core.errors import ApplicationError
-from knowledge.models import Tenant
 from quality.charts import line_chart, series_colors
 from quality.models import ConfigChange, EvaluationRun, Judgment, JudgmentGeneration, JudgmentList, QualityPolicy
 from quality.selectors import evaluation_run_datasets, evaluation_run_series, quality_tolerance
@@ -33,17 +37,6 @@ from quality.services.generation import MAX_SAMPLE, judgment_generation_start
 from quality.tasks import judgment_list_evaluate_task
 from retrieval.config import MODES
 from retrieval.pipeline import PIPELINE_NAMES
-
-
-def _view_tenant(request) -> Tenant | None:
-    """The tenant a custom admin view shows: the staff member's, or ``?tenant=<slug>`` for a superuser."""
-    tenant = admin_tenant(request)
-    if tenant is UNSCOPED:
-        slug = request.GET.get("tenant") or request.POST.get("tenant")
-        return Tenant.objects.filter(slug=slug).first() if slug else None
-    if tenant is None:
-        raise DjangoPermissionDenied("Your account does not belong to any tenant.")
-    return tenant
 
 
 class JudgmentInline(admin.TabularInline):
@@ -205,15 +198,11 @@ class EvaluationRunAdmin(TenantScopedAdmin):
         """nDCG@10, recall@10 and median latency of a tenant's runs over time, a line per pipeline."""
         if not self.has_view_permission(request):
             raise DjangoPermissionDenied
-        tenant = _view_tenant(request)
-        context = {
-            **self.admin_site.each_context(request),
-            "opts": self.model._meta,
-            "title": f"Retrieval quality of {tenant}" if tenant else "Retrieval quality",
-            "tenant": tenant,
-        }
+        tenant = admin_view_tenant(request)
+        context = tenant_page_context(
+            self, request, tenant=tenant, title="Retrieval quality", tenant_title=f"Retrieval quality of {tenant}"
+        )
         if tenant is None:  # a superuser who has not picked a tenant yet
-            context["tenants"] = Tenant.objects.order_by("slug")
             return TemplateResponse(request, "admin/quality/chart.html", context)
         dataset = request.GET.get("dataset") or None
         mode = request.GET.get("mode") if request.GET.get("mode") in MODES else None
@@ -252,7 +241,6 @@ class EvaluationRunAdmin(TenantScopedAdmin):
             modes=MODES,
             dataset=dataset or "",
             mode=mode or "",
-            superuser=admin_tenant(request) is UNSCOPED,
         )
         return TemplateResponse(request, "admin/quality/chart.html", context)
 
@@ -358,7 +346,7 @@ class ConfigChangeAdmin(ReadOnlyAdminMixin, TenantScopedAdmin):
         """Propose new retrieval settings for a tenant; the quality gate decides whether they apply."""
         if not self.has_view_permission(request):
             raise DjangoPermissionDenied
-        tenant = _view_tenant(request)
+        tenant = admin_view_tenant(request)
         form = ProposeSettingsForm(request.POST or None, initial={"config": "{}"})
         if tenant is not None and request.method == "POST" and form.is_valid():
             try:
@@ -372,21 +360,19 @@ class ConfigChangeAdmin(ReadOnlyAdminMixin, TenantScopedAdmin):
                     level=messages.WARNING if change.status in ("refused", "failed") else messages.SUCCESS,
                 )
                 return HttpResponseRedirect(reverse("admin:quality_configchange_change", args=[change.pk]))
-        context = {
-            **self.admin_site.each_context(request),
-            "opts": self.model._meta,
-            "title": f"Propose retrieval settings for {tenant}" if tenant else "Propose retrieval settings",
-            "tenant": tenant,
-            "form": form,
-        }
-        if tenant is None:
-            context["tenants"] = Tenant.objects.order_by("slug")
-        else:
+        context = tenant_page_context(
+            self,
+            request,
+            tenant=tenant,
+            title="Propose retrieval settings",
+            tenant_title=f"Propose retrieval settings for {tenant}",
+        )
+        context["form"] = form
+        if tenant is not None:
             context.update(
                 current_config=json.dumps(tenant.retrieval_config or {}, indent=2, sort_keys=True),
                 tolerance=quality_tolerance(tenant=tenant),
                 pipelines=PIPELINE_NAMES,
-                superuser=admin_tenant(request) is UNSCOPED,
             )
         return TemplateResponse(request, "admin/quality/propose.html", context)
 
@@ -474,7 +460,7 @@ class JudgmentGenerationAdmin(ReadOnlyAdminMixin, TenantScopedAdmin):
         """Start generating a judgment list for a tenant (a Celery task; its progress shows here)."""
         if not request.user.has_perm("quality.add_judgmentlist"):
             raise DjangoPermissionDenied
-        tenant = _view_tenant(request)
+        tenant = admin_view_tenant(request)
         sources = list(tenant.sources.order_by("name").values_list("name", flat=True)) if tenant else []
         form = GenerateJudgmentsForm(request.POST or None, sources=sources)
         if tenant is not None and request.method == "POST" and form.is_valid():
@@ -496,14 +482,12 @@ class JudgmentGenerationAdmin(ReadOnlyAdminMixin, TenantScopedAdmin):
                     level=messages.WARNING if failed else messages.SUCCESS,
                 )
                 return HttpResponseRedirect(reverse("admin:quality_judgmentgeneration_change", args=[generation.pk]))
-        context = {
-            **self.admin_site.each_context(request),
-            "opts": self.model._meta,
-            "title": f"Generate a judgment list for {tenant}" if tenant else "Generate a judgment list",
-            "tenant": tenant,
-            "form": form,
-            "superuser": admin_tenant(request) is UNSCOPED,
-        }
-        if tenant is None:
-            context["tenants"] = Tenant.objects.order_by("slug")
+        context = tenant_page_context(
+            self,
+            request,
+            tenant=tenant,
+            title="Generate a judgment list",
+            tenant_title=f"Generate a judgment list for {tenant}",
+        )
+        context["form"] = form
         return TemplateResponse(request, "admin/quality/generate_judgments.html", context)

@@ -10,7 +10,8 @@ from rest_framework.views import APIView
 from core.api import ERRORS, ErrorSerializer
 from knowledge.selectors import source_ids_for_names, tenant_for_user
 from retrieval.config import MAX_QUERY_CHARS, MODES
-from retrieval.pipeline import PIPELINE_NAMES, pipeline_answer
+from retrieval.conversations import conversation_ask
+from retrieval.pipeline import PIPELINE_NAMES
 from retrieval.search import chunk_search
 
 
@@ -94,6 +95,12 @@ class AskApi(APIView):
         pipeline = serializers.ChoiceField(
             choices=PIPELINE_NAMES, required=False, help_text="Named pipeline; default: the tenant's (KB_PIPELINE)."
         )
+        conversation = serializers.IntegerField(
+            min_value=1,
+            max_value=2**63 - 1,
+            required=False,
+            help_text="Continue this conversation (its id from an earlier answer); without it a new one starts.",
+        )
 
     @extend_schema_serializer(component_name="AskOutput")
     class OutputSerializer(serializers.Serializer):
@@ -132,6 +139,10 @@ class AskApi(APIView):
             required=False,
             help_text="Pipeline adaptive only: the level that answered, why, and each level's confidence.",
         )
+        conversation_id = serializers.IntegerField(
+            required=False, help_text="The conversation this answer belongs to: send it back to ask a follow-up."
+        )
+        turn = serializers.IntegerField(required=False, help_text="This question's number in the conversation.")
 
     @extend_schema(
         operation_id="ask",
@@ -143,14 +154,15 @@ class AskApi(APIView):
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        run = pipeline_answer(tenant=tenant, user=request.user, **self.answer_options(tenant=tenant, data=data))
+        run = conversation_ask(tenant=tenant, user=request.user, **self.answer_options(tenant=tenant, data=data))
         return Response(self.OutputSerializer(run.as_dict()).data)
 
     @staticmethod
     def answer_options(*, tenant, data: dict) -> dict:
-        """``pipeline_answer``'s keyword arguments (but tenant and user) from validated input."""
+        """``conversation_ask``'s keyword arguments (but tenant and user) from validated input."""
         return {
             "question": data["question"],
+            "conversation_id": data.get("conversation"),
             "pipeline": data.get("pipeline"),
             "k": data["k"],
             "strategy": data.get("strategy"),

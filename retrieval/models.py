@@ -13,7 +13,7 @@ from django.db import models
 from django.db.models import Q
 
 from core.tenancy import TenantScopedQuerySet
-from knowledge.models import Tenant
+from knowledge.models import Document, Source, Tenant
 
 
 class TraceStepQuerySet(TenantScopedQuerySet):
@@ -50,6 +50,12 @@ class Trace(models.Model):
         default=dict,
         blank=True,
         help_text="Answer-quality scores (coverage, support, LLM judge) when KB_SCORE_ANSWERS was on; else empty.",
+    )
+    citations = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='The answer\'s citations: [{"n", "chunk_id", "document_id", "source_id"}], so feedback on [n] '
+        "can be credited to its document and source.",
     )
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -101,3 +107,131 @@ class TraceStep(models.Model):
 
     def __str__(self) -> str:
         return f"{self.order}. {self.stage}"
+
+
+class Feedback(models.Model):
+    """A user's thumbs up or down, with an optional comment, on an answer or on one of its citations.
+
+    ``citation`` is the answer's ``[n]`` the feedback is about, or ``None`` for the whole answer;
+    ``document`` and ``source`` are the cited passage's (kept for per-source figures, emptied if
+    they are deleted). One feedback per user, trace and citation: giving it again replaces it.
+    Written by ``retrieval.feedback.feedback_give``.
+    """
+
+    class Rating(models.IntegerChoices):
+        UP = 1, "Helpful"
+        DOWN = -1, "Not helpful"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="feedback")
+    trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="feedback")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="feedback"
+    )
+    citation = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="[n] of the answer; empty: the answer."
+    )
+    document = models.ForeignKey(Document, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    source = models.ForeignKey(Source, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    rating = models.SmallIntegerField(choices=Rating.choices)
+    comment = models.TextField(blank=True, max_length=2000)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = TenantScopedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(rating__in=[1, -1]), name="feedback_rating_up_or_down"),
+            models.CheckConstraint(
+                condition=Q(citation__isnull=True) | Q(citation__gte=1), name="feedback_citation_positive"
+            ),
+            # One feedback per user on an answer, and one per user on each of its citations.
+            models.UniqueConstraint(
+                fields=["trace", "user"],
+                condition=Q(citation__isnull=True, user__isnull=False),
+                name="feedback_one_per_user_answer",
+            ),
+            models.UniqueConstraint(
+                fields=["trace", "user", "citation"],
+                condition=Q(citation__isnull=False, user__isnull=False),
+                name="feedback_one_per_user_citation",
+            ),
+        ]
+        indexes = [
+            # The admin changelist and the trends page: a tenant's feedback, newest first.
+            models.Index(fields=["tenant", "-created_at"], name="feedback_tenant_created_idx"),
+        ]
+
+    def __str__(self) -> str:
+        target = f"[{self.citation}]" if self.citation else "answer"
+        return f"{self.get_rating_display()} on {target} of trace {self.trace_id}"
+
+
+class ConversationQuerySet(TenantScopedQuerySet):
+    def for_user(self, tenant, user):
+        """The conversations ``user`` had in ``tenant`` (a user sees only their own)."""
+        return self.for_tenant(tenant).filter(user=user)
+
+
+class Conversation(models.Model):
+    """A user's thread of questions: each follow-up is answered in the light of the turns before it.
+
+    ``title`` is the first question, cut to 200 characters. Written by
+    ``retrieval.conversations.conversation_ask``.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="conversations")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations")
+    title = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = ConversationQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-updated_at", "-id"]
+        indexes = [
+            # The portal's and the API's list: a user's conversations, most recent first.
+            models.Index(fields=["tenant", "user", "-updated_at"], name="conversation_user_recent_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class TurnQuerySet(TenantScopedQuerySet):
+    tenant_path = "conversation__tenant"
+
+
+class Turn(models.Model):
+    """One question of a conversation and its answer: the user's history.
+
+    ``query`` is the standalone search query the follow-up was condensed into (equal to the
+    question for a first turn or a standalone one); ``citations`` the answer's
+    ``[{"n", "document_id", "title", "version", "chunk"}]``; ``trace`` the run's trace while it
+    is kept (traces are pruned after ``KB_TRACE_RETENTION_DAYS``; the turn stays).
+    """
+
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="turns")
+    order = models.PositiveIntegerField()
+    question = models.TextField()
+    query = models.TextField(blank=True)
+    answer = models.TextField(blank=True)
+    citations = models.JSONField(default=list, blank=True)
+    pipeline = models.CharField(max_length=100)
+    trace = models.ForeignKey(Trace, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = TurnQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["conversation_id", "order"]
+        constraints = [
+            # Also the index behind ``conversation.turns.order_by("order")``.
+            models.UniqueConstraint(fields=["conversation", "order"], name="turn_unique_order_per_conversation"),
+            models.CheckConstraint(condition=Q(order__gte=1), name="turn_order_from_one"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.order}. {self.question[:60]}"

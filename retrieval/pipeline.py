@@ -217,6 +217,9 @@ class AnswerRun:
     # Answer-quality scores (``retrieval.stages.score``) when ``KB_SCORE_ANSWERS`` is on, else None.
     scores: dict | None = None
     escalation: dict = field(default_factory=dict)
+    # Set by ``retrieval.conversations.conversation_ask``: the conversation and the turn's number.
+    conversation_id: int | None = None
+    turn: int | None = None
 
     @property
     def pipeline(self) -> str:
@@ -234,6 +237,7 @@ class AnswerRun:
             "usage": self.usage.as_dict(),
             "scores": self.scores,
             **({"escalation": self.escalation} if self.escalation else {}),
+            **({"conversation_id": self.conversation_id, "turn": self.turn} if self.conversation_id else {}),
         }
 
 
@@ -380,5 +384,14 @@ def _trace_write(*, tenant, user, result: AnswerRun) -> int:
         total_ms=result.total_ms,
         config=result.retrieval.spec.as_config(),
         scores=result.scores,
+        citations=[
+            {
+                "n": c.n,
+                "chunk_id": c.passage.anchor.pk,
+                "document_id": c.passage.document.pk,
+                "source_id": c.passage.document.source_id,
+            }
+            for c in result.answer.citations
+        ],
     )
     return saved.pk

@@ -18,6 +18,7 @@ from retrieval.stages.generate.cited import NOT_FOUND, answer_generate, answer_s
 from retrieval.stages.generate.extractive import DEGRADED_LABEL, answer_extract
 from retrieval.stages.retrieve.candidates import candidates_retrieve
 from retrieval.stages.retrieve.filters import RetrievalFilter
+from retrieval.stages.rewrite.condense import query_condense
 from retrieval.stages.rewrite.expand import query_expand_llm, query_expand_rm3
 from retrieval.stages.rewrite.hyde import query_hyde
 from retrieval.stages.rewrite.rephrase import query_rephrase
@@ -124,13 +125,24 @@ def _top(ranking, n: int = 20) -> list[list]:
     return [[item, round(score, 5)] for item, score in ranking[:n]]
 
 
-def candidates_stages(run: RunContext, plan: QueryPlan, *, k: int, mode: str) -> list[SearchResult]:
-    """The retrieve and fuse steps for ``plan``: the top ``k`` results, best first."""
+def candidates_stages(
+    run: RunContext, plan: QueryPlan, *, k: int, mode: str, concurrent: bool = True
+) -> list[SearchResult]:
+    """The retrieve and fuse steps for ``plan``: the top ``k`` results, best first.
+
+    ``concurrent`` embeds the query while BM25 runs (hybrid mode; ``candidates_retrieve``).
+    """
     spec = run.spec
     limit = max(spec.search.candidates, k)
     with run.step("retrieve") as step:
         candidates, timings = candidates_retrieve(
-            plan, where=run.where, embedder=run.tenant.embedder, mode=mode, config=spec.search, limit=limit
+            plan,
+            where=run.where,
+            embedder=run.tenant.embedder,
+            mode=mode,
+            config=spec.search,
+            limit=limit,
+            concurrent=concurrent,
         )
         run.timings.update(timings)
         queries: dict = {}
@@ -164,11 +176,40 @@ def candidates_stages(run: RunContext, plan: QueryPlan, *, k: int, mode: str) ->
 def retrieval_stages(
     run: RunContext, question: str, *, k: int, mode: str, history: list[str] | None = None
 ) -> tuple[QueryPlan, list[SearchResult]]:
-    """The spec's rewrite stages, then retrieve and fuse: (final plan, top ``k`` results)."""
+    """The spec's rewrite stages, then retrieve and fuse: (final plan, top ``k`` results).
+
+    ``history`` (the conversation's earlier questions, oldest first) makes a follow-up
+    standalone first (``condense_stage``).
+    """
     plan = QueryPlan.from_question(question)
+    if history:
+        plan = condense_stage(run, plan, history)
     for stage in run.spec.rewrites:
         plan = query_rewrite(run, plan, stage, history=history)
     return plan, candidates_stages(run, plan, k=k, mode=mode)
+
+
+def condense_stage(run: RunContext, plan: QueryPlan, history: list[str]) -> QueryPlan:
+    """The condense step of a follow-up question: the LLM rephrases it from the conversation
+    (``query_rephrase``) when an LLM is configured, else, or when that fails, the earlier
+    questions' key terms are carried into the query (``query_condense``). Skipped when the
+    pipeline's own rephrase stage will do it with the LLM."""
+    if "rephrase" in run.spec.rewrites and run.llm is not None:
+        return plan
+    with run.step("condense") as step:
+        fallback = {}
+        if run.llm is not None:
+            try:
+                rephrased, step.usage, summary = query_rephrase(plan, llm=run.llm, history=history)
+            except LLMError as exc:
+                run.llm_failed("condense", exc, step)
+                fallback = {"fallback": "key terms"}
+            else:
+                step.summary = {"by": "llm", "history": len(history), **summary}
+                return rephrased
+        plan, summary = query_condense(plan, history=history)
+        step.summary = {"by": "key terms", "history": len(history), **summary, **fallback}
+    return plan
 
 
 def pack_stage(run: RunContext, results: list[SearchResult], *, k: int, reverse_pack: bool) -> list[Passage]:

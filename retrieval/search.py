@@ -1,8 +1,9 @@
 """Hybrid chunk search without rewriting: the ``simple`` pipeline's retrieve and fuse stages.
 
 ``chunk_search`` is the entry point of the search API and command. Both retrievers apply one
-``RetrievalFilter`` inside their SQL and results are fetched through ``Chunk.objects.for_tenant``:
-no path returns another tenant's chunk. Pipelines with rewrite stages go through
+``RetrievalFilter`` inside their SQL and result rows are fetched by one narrow query scoped to the
+tenant (``retrieval.stages.fuse.chunks_load``): no path returns another tenant's chunk. In hybrid
+mode the query is embedded while the BM25 query runs (``candidates_retrieve``). Pipelines with rewrite stages go through
 ``retrieval.pipeline.pipeline_retrieve``.
 """
 
@@ -20,7 +21,8 @@ __all__ = ["FUSIONS", "MAX_QUERY_CHARS", "MODES", "SearchConfig", "SearchRespons
 @dataclass
 class SearchResponse:
     """Ranked results, timings in ms (``lexical_ms``, ``embed_ms``, ``dense_ms``, ``fusion_ms``,
-    ``fetch_ms``, ``total_ms``), the mode and the config used."""
+    ``fetch_ms``, ``total_ms``; in hybrid mode also ``embed_wait_ms`` and ``overlap_ms``, see
+    ``candidates_retrieve``), the mode and the config used."""
 
     results: list[SearchResult]
     timings_ms: dict[str, float]

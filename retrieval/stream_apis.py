@@ -12,6 +12,7 @@ from rest_framework.views import APIView
 from core.api import ERRORS
 from knowledge.selectors import tenant_for_user
 from retrieval.apis import AskApi
+from retrieval.conversations import conversation_ask
 from retrieval.streaming import CONTENT_TYPE, HEADERS, answer_events
 
 EVENTS_DESCRIPTION = """\
@@ -82,6 +83,7 @@ class AskStreamApi(APIView):
             tenant=tenant,
             user=request.user,
             present=lambda answer: AskApi.OutputSerializer(answer).data,
+            runner=conversation_ask,
             **AskApi.answer_options(tenant=tenant, data=data),
         )
         return StreamingHttpResponse(events, content_type=CONTENT_TYPE, headers=HEADERS)

@@ -73,6 +73,7 @@ def answer_events(
     user,
     present: Callable[[dict], Any] | None = None,
     keepalive_s: float = KEEPALIVE_S,
+    runner: Callable[..., Any] = pipeline_answer,
     **options,
 ) -> Iterator[str]:
     """SSE frames of one answer run over ``tenant``'s documents, as the run goes (see the module).
@@ -100,7 +101,7 @@ def answer_events(
 
     def work() -> None:
         try:
-            run = pipeline_answer(tenant=tenant, user=user, on_event=on_event, **options)
+            run = runner(tenant=tenant, user=user, on_event=on_event, **options)
             events.put(("answer", run.as_dict()))
         except _Cancelled:
             pass

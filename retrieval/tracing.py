@@ -93,11 +93,13 @@ def trace_save(
     total_ms: float,
     config: dict | None = None,
     scores: dict | None = None,
+    citations: list[dict] | None = None,
 ) -> Trace:
     """Store the trace of one pipeline run with its steps in run order; returns the trace.
 
     ``user`` may be ``None`` or anonymous (stored as no user). ``scores`` are the answer's
-    quality scores (``retrieval.stages.score``; stored as ``{}`` when ``None``). Call it after
+    quality scores (``retrieval.stages.score``; stored as ``{}`` when ``None``); ``citations`` are
+    ``{"n", "chunk_id", "document_id", "source_id"}`` of the answer's ``[n]``. Call it after
     the answer is made: it is one transaction of one INSERT and one bulk INSERT.
     """
     cost = float(usage.cost_usd or 0.0)
@@ -116,6 +118,7 @@ def trace_save(
         cost_usd=Decimal(str(round(cost, 6))) if math.isfinite(cost) and cost > 0 else Decimal(0),
         config=summary_compact(config or {}),
         scores=summary_compact(scores or {}),
+        citations=summary_compact(citations or []),
     )
     with transaction.atomic():
         trace.save(force_insert=True)

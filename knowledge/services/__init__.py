@@ -1,7 +1,8 @@
 """Writes to the knowledge base (services); reads live in ``knowledge.selectors``.
 
 ``tenants``: tenants, memberships, sources. ``ingestion``: idempotent, versioned ingestion with
-exact-duplicate detection. ``uploads``: API uploads as ingestion jobs. ``deletion``: documents.
+exact-duplicate detection. ``uploads``: ingestion jobs (API uploads, queued files) under leases.
+``deletion``: documents.
 """
 
 from knowledge.services.deletion import document_delete
@@ -16,21 +17,36 @@ from knowledge.services.ingestion import (
     version_reindex,
 )
 from knowledge.services.tenants import membership_create, source_get_or_create, tenant_create
-from knowledge.services.uploads import ingestion_job_run, upload_ingest
+from knowledge.services.uploads import (
+    TRANSIENT_ERRORS,
+    IngestionJobBusy,
+    ingestion_job_fail,
+    ingestion_job_run,
+    ingestion_jobs_recover,
+    paths_enqueue,
+    upload_ingest,
+    worker_id_default,
+)
 
 __all__ = [
+    "TRANSIENT_ERRORS",
     "IngestOutcome",
+    "IngestionJobBusy",
     "IngestReport",
     "collect_files",
     "content_hash",
     "document_delete",
     "documents_ingest",
     "embedding_input",
+    "ingestion_job_fail",
     "ingestion_job_run",
+    "ingestion_jobs_recover",
     "membership_create",
+    "paths_enqueue",
     "paths_ingest",
     "source_get_or_create",
     "tenant_create",
     "upload_ingest",
     "version_reindex",
+    "worker_id_default",
 ]

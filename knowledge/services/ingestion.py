@@ -6,23 +6,30 @@ Ingestion is idempotent and versioned:
   hash is left alone ("unchanged");
 * content equal to another document's current version in the tenant is stored as a version
   with ``duplicate_of`` set and gets no chunks or embeddings ("duplicate");
-* otherwise a new version is stored and its chunks replace the old version's chunks in one
-  transaction, so search sees either the old or the new chunks, never a mix.
+* otherwise a new version is stored and its chunks replace the old version's chunks, so search
+  sees either the old or the new chunks, never a mix;
+* when a version that other documents duplicate is replaced, its chunks move to the first of
+  those duplicates (which becomes an ordinary version) and the others are re-pointed at it, so
+  the duplicated content stays searchable without a moment's gap.
 
-Embedding (slow) happens before any transaction opens; storage is one short transaction per
-document, under a row lock on the document.
+Embedding (slow) happens before any transaction opens; then every document of the call is stored
+in one transaction (each under a row lock on its document): a call stores all of its documents or,
+when any of them fails, none.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
 
 import numpy as np
-from django.db import connection, transaction
+from django.conf import settings
+from django.db import DataError, IntegrityError, connection, transaction
+from django.db.models import Case, F, Value, When
+from django.db.models.functions import Concat, Left, Substr
 
 from core.errors import InvalidInput
 from knowledge.embedders import Embedder, get_embedder
@@ -35,7 +42,7 @@ from knowledge.models import (
     Source,
     Tenant,
 )
-from knowledge.vector_index import vector_index_ensure
+from knowledge.vector_index import tenant_vector_index_ensure, vector_index_ensure
 
 
 def content_hash(text: str) -> str:
@@ -113,12 +120,20 @@ def documents_ingest(
     splitter: Splitter | None = None,
     embedder: Embedder | None = None,
     progress: bool = False,
+    on_progress: Callable[[dict], None] | None = None,
 ) -> IngestReport:
     """Ingest already-read documents into ``source`` of ``tenant``. Returns an ``IngestReport``.
 
-    Raises ``InvalidInput`` when ``source`` is another tenant's or two documents share an id.
-    Documents already stored are never left half-written: each one is stored in its own
-    transaction after its embeddings are computed.
+    All or nothing: embeddings are computed first (outside any transaction), then every document
+    is stored in one transaction, so a failure on any document stores none of them. Raises
+    ``InvalidInput`` when ``source`` is another tenant's, two documents share an id, a document
+    has no text to index or the database refuses a document (named; the database's own message
+    is only logged). Transient database errors (``django.db.OperationalError``) and embedding
+    endpoint failures (``UpstreamError``) propagate unchanged, for the caller to retry.
+
+    ``progress`` shows a progress bar; ``on_progress`` (if given) is called with
+    ``{"stage": "embedding" | "storing", "documents": n, "chunks_total": c, "chunks_embedded": e}``
+    after each embedding batch and once before storing.
     """
     import time
 
@@ -147,29 +162,62 @@ def documents_ingest(
     embedder_key = embedder.key if embedder else tenant.embedder
     if to_embed:
         embedder = embedder or get_embedder(tenant.embedder)
-        _embed_all(to_embed, embedder, progress=progress)
+        _embed_all(to_embed, embedder, progress=progress, on_progress=on_progress, documents=len(prepared))
         vector_index_ensure(embedder_key=embedder.key, dimensions=embedder.dimensions)
     embed_seconds = time.perf_counter() - embed_started
+    if on_progress is not None:
+        chunks = sum(len(item.spans) for item in to_embed)
+        on_progress({"stage": "storing", "documents": len(prepared), "chunks_total": chunks, "chunks_embedded": chunks})
 
     report = IngestReport(embed_seconds=embed_seconds)
     stored_by_hash: dict[str, int] = dict(by_hash)
-    for item in sorted(prepared, key=lambda p: p.status == "duplicate"):
-        outcome = _store(
-            tenant=tenant,
-            source=source,
-            item=item,
-            embedder_key=embedder_key,
-            duplicate_version_id=stored_by_hash.get(item.hash) if item.status == "duplicate" else None,
-        )
-        if outcome.status in ("created", "updated"):
-            stored_by_hash.setdefault(item.hash, _current_version_id(outcome.document_id))
-        report.outcomes.append(outcome)
+    # Duplicates of versions stored before this call go first: when this call replaces such a
+    # version, its chunks then move to them. Duplicates of documents new in this call go last,
+    # once those have versions.
+    order = {"duplicate": 2, "new": 1, "unchanged": 1}
+    ordered = sorted(
+        prepared,
+        key=lambda p: (0 if p.status == "duplicate" and p.hash in by_hash else order[p.status], p.read.external_id),
+    )
+    with transaction.atomic():
+        for item in ordered:
+            outcome = _store_or_explain(
+                tenant=tenant,
+                source=source,
+                item=item,
+                embedder_key=embedder_key,
+                duplicate_version_id=stored_by_hash.get(item.hash) if item.status == "duplicate" else None,
+            )
+            if outcome.status in ("created", "updated"):
+                stored_by_hash.setdefault(item.hash, _current_version_id(outcome.document_id))
+            report.outcomes.append(outcome)
+    position = {external_id: i for i, external_id in enumerate(ids)}
+    report.outcomes.sort(key=lambda o: position[o.external_id])
     if report.counts()["chunks"] >= ANALYZE_AFTER_CHUNKS:
         # Fresh planner statistics, so the first searches after a bulk load get good plans.
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE knowledge_chunk, knowledge_posting, knowledge_termstatistic")
+    tenant_vector_index_ensure(tenant_id=tenant.pk, embedder_key=embedder_key)  # own HNSW index once large
     report.total_seconds = time.perf_counter() - started
     return report
+
+
+def _store_or_explain(**kwargs) -> IngestOutcome:
+    """``_store``, with the database refusing a document turned into ``InvalidInput`` naming it.
+
+    The database's message (which may quote SQL) is logged, never shown.
+    """
+    import logging
+
+    external_id = kwargs["item"].read.external_id
+    try:
+        return _store(**kwargs)
+    except (DataError, IntegrityError) as exc:
+        logging.getLogger(__name__).warning("The database refused document %r: %s", external_id, exc)
+        reason = "a value is too long or malformed" if isinstance(exc, DataError) else "it conflicts with stored data"
+        raise InvalidInput(
+            f"{external_id}: the document could not be stored ({reason}).", code="document_not_stored"
+        ) from exc
 
 
 def _current_version_id(document_id: int) -> int:
@@ -193,14 +241,25 @@ def embedding_input(span: Span) -> str:
     return span.text
 
 
-def _embed_all(items: list[_Prepared], embedder: Embedder, *, progress: bool) -> None:
-    """Embed every span of ``items`` in batches spanning documents; fills ``item.vectors``."""
+def _embed_all(
+    items: list[_Prepared],
+    embedder: Embedder,
+    *,
+    progress: bool,
+    on_progress: Callable[[dict], None] | None = None,
+    documents: int = 0,
+) -> None:
+    """Embed every span of ``items`` in batches spanning documents; fills ``item.vectors``.
+
+    A batch is four of the embedder's batches (``KB_EMBED_BATCH_SIZE``); ``on_progress`` is
+    called after each (see ``documents_ingest``).
+    """
     from tqdm import tqdm
 
     texts = [embedding_input(span) for item in items for span in item.spans]
     if not texts:
         return
-    batch = 256
+    batch = 4 * settings.KB_EMBED_BATCH_SIZE
     parts = []
     with tqdm(
         total=len(texts),
@@ -212,6 +271,15 @@ def _embed_all(items: list[_Prepared], embedder: Embedder, *, progress: bool) ->
         for i in range(0, len(texts), batch):
             parts.append(embedder.embed(texts[i : i + batch]))
             bar.update(len(texts[i : i + batch]))
+            if on_progress is not None:
+                on_progress(
+                    {
+                        "stage": "embedding",
+                        "documents": documents,
+                        "chunks_total": len(texts),
+                        "chunks_embedded": min(i + batch, len(texts)),
+                    }
+                )
     vectors = np.concatenate(parts)
     position = 0
     for item in items:
@@ -249,9 +317,13 @@ def _store(
     embedder_key: str,
     duplicate_version_id: int | None,
 ) -> IngestOutcome:
-    """Store one prepared document in a single transaction (see module docstring)."""
+    """Store one prepared document (see module docstring) inside the caller's transaction.
+
+    No savepoint per document: a failure aborts the whole call, and thousands of savepoints in
+    one transaction would overflow PostgreSQL's subtransaction cache.
+    """
     read = item.read
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         document, _ = Document.objects.select_for_update().get_or_create(
             tenant=tenant,
             external_id=read.external_id,
@@ -274,6 +346,7 @@ def _store(
             )
         if item.status == "new" and not item.spans:
             raise InvalidInput(f"{read.external_id}: no text to index.", code="empty_file")
+        previous_title = document.title
         document.source = source
         document.title, document.uri, document.metadata = (
             read.title,
@@ -283,7 +356,7 @@ def _store(
         document.save(update_fields=["source", "title", "uri", "metadata", "updated_at"])
         number = (current.number + 1) if current else 1
         if current is not None:
-            current.chunks.all().delete()
+            _chunks_pass_on(current, previous_title)
             current.is_current = False
             current.save(update_fields=["is_current"])
         version = DocumentVersion.objects.create(
@@ -303,6 +376,42 @@ def _store(
     else:
         status = "updated" if current is not None else "created"
     return IngestOutcome(read.external_id, status, document.pk, number, len(chunks), duplicate_version_id)
+
+
+def _chunks_pass_on(version: DocumentVersion, title: str) -> None:
+    """Before ``version`` stops being current: give its chunks to the documents that duplicate it.
+
+    Its chunks (text, offsets, embeddings) are exactly their content's, so they move to the first
+    duplicate, their heading's title becoming that document's title (the embeddings keep the old
+    title, which passage-sized chunks were embedded with); the other duplicates are re-pointed at
+    that one. Without duplicates the chunks are deleted. Call inside the transaction that
+    replaces ``version``.
+    """
+    heirs = list(
+        DocumentVersion.objects.select_for_update(of=("self",))
+        .filter(is_current=True, duplicate_of=version)
+        .select_related("document")
+        .order_by("pk")
+    )
+    if not heirs:
+        version.chunks.all().delete()
+        return
+    heir, others = heirs[0], heirs[1:]
+    new_title = heir.document.title
+    version.chunks.update(
+        version=heir,
+        heading=Case(
+            When(heading=title, then=Value(new_title)),
+            When(
+                heading__startswith=f"{title} › ",
+                then=Left(Concat(Value(new_title), Substr("heading", len(title) + 1)), 500),
+            ),
+            default=F("heading"),
+        ),
+    )
+    heir.duplicate_of = None
+    heir.save(update_fields=["duplicate_of"])
+    DocumentVersion.objects.filter(pk__in=[other.pk for other in others]).update(duplicate_of=heir)
 
 
 def collect_files(

@@ -27,6 +27,21 @@ def tenant_create(*, slug: str, name: str = "", embedder: str | None = None) -> 
     return Tenant.objects.create(slug=slug, name=name or slug, embedder=embedder or settings.KB_EMBEDDER)
 
 
+def tenant_delete(*, tenant: Tenant) -> None:
+    """Delete a tenant with everything it owns, and drop its own HNSW indexes.
+
+    The rows go in one transaction (cascades; the BM25 triggers update nothing else's
+    statistics); the tenant's vector indexes (``knowledge.vector_index``) are dropped after it,
+    concurrently when no transaction is open, so other tenants' searches never wait on them.
+    """
+    from knowledge.vector_index import tenant_vector_indexes_prune
+
+    tenant_id = tenant.pk
+    with transaction.atomic():
+        Tenant.objects.filter(pk=tenant_id).delete()
+    tenant_vector_indexes_prune(tenant_id=tenant_id)
+
+
 def membership_create(*, tenant: Tenant, username: str, password: str, role: str, staff: bool = False):
     """Create (or update) a user with a role in ``tenant``. Returns the user."""
     if role not in Membership.Role.values:

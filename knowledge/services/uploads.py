@@ -1,24 +1,44 @@
-"""API uploads: validate and store a file, then ingest it in a Celery task (``IngestionJob``)."""
+"""Ingestion jobs: API uploads (and files queued by ``manage.py ingest --async``) ingested by a
+Celery task (``IngestionJob``).
+
+A job stores all of its documents or none. A worker running a job holds a lease on it
+(``worker_id``, ``lease_expires_at``), renewed by a heartbeat thread every third of
+``KB_JOB_LEASE_S``; a job whose lease ran out (its worker was killed) is taken over by the next
+delivery of its task (Redis redelivers an unacknowledged message after the visibility timeout) or
+re-queued by ``ingestion_jobs_recover`` (Celery beat). Claims are conditional UPDATEs, so two
+workers never run one job at once (the claim-by-conditional-UPDATE habit of healthchecks'
+``sendalerts``).
+"""
 
 from __future__ import annotations
 
 import logging
+import os
 import shutil
+import socket
+import threading
+import time
 import uuid
+from collections.abc import Iterable
+from datetime import timedelta
+from functools import partial
 from pathlib import Path
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
+from django.db.models import F, Q
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from core.errors import InvalidInput, PayloadTooLarge
-from knowledge.ingestion.readers import read_bytes
+from core.errors import ApplicationError, InvalidInput, PayloadTooLarge, UpstreamError
+from knowledge.ingestion.readers import read_bytes, read_path
+from knowledge.ingestion.splitters import get_splitter
 from knowledge.models import (
     IngestionJob,
     Source,
     Tenant,
 )
-from knowledge.services.ingestion import documents_ingest
+from knowledge.services.ingestion import IngestReport, collect_files, documents_ingest
 from knowledge.services.tenants import source_get_or_create
 
 logger = logging.getLogger(__name__)
@@ -80,45 +100,318 @@ def upload_ingest(*, tenant: Tenant, source_name: str, file_name: str, data: byt
     except Exception:
         shutil.rmtree(folder, ignore_errors=True)
         raise
-    from knowledge.tasks import ingestion_job_task
-
-    transaction.on_commit(lambda: ingestion_job_task.delay(job.pk))
+    transaction.on_commit(partial(_job_enqueue, job.pk))
     # Without a broker the task has already run eagerly at commit: report its outcome.
     job.refresh_from_db()
     return job
 
 
-def ingestion_job_run(*, job_id: int) -> IngestionJob:
-    """Run a pending ``IngestionJob``: ingest its stored file, record the result or the error."""
-    claimed = IngestionJob.objects.filter(pk=job_id, status=IngestionJob.Status.PENDING).update(
-        status=IngestionJob.Status.RUNNING
-    )
-    job = IngestionJob.objects.select_related("tenant", "source").get(pk=job_id)
-    if not claimed:
-        return job
+# Failures worth retrying: the database or the embedding endpoint was unreachable for a while.
+TRANSIENT_ERRORS = (OperationalError, InterfaceError, UpstreamError)
+
+
+class IngestionJobBusy(Exception):
+    """The job is running under another worker's live lease; try again in ``retry_in`` seconds."""
+
+    def __init__(self, job_id: int, retry_in: float):
+        super().__init__(f"Ingestion job {job_id} is running elsewhere; its lease ends in {retry_in:.0f} s.")
+        self.retry_in = retry_in
+
+
+def _job_enqueue(job_id: int) -> None:
+    """Queue the job's task (run it, without a broker). A job that cannot be queued (broker down),
+    or whose eager run gave up, is marked failed rather than left pending."""
+    from knowledge.tasks import ingestion_job_task
+
     try:
-        options = job.options or {}
-        stored = Path(job.stored_path)
-        # The uri is the name the file was uploaded as, never the server's path (JSONL lines
-        # carry their own).
-        documents = read_bytes(
-            stored.read_bytes(),
-            name=stored.name,
-            external_id=stored.name if stored.suffix.lower() == ".jsonl" else stored.stem,
-            uri=job.file_name,
-            fmt=options.get("format"),
+        ingestion_job_task.delay(job_id)
+    except Exception:
+        logger.exception("Could not queue or run ingestion job %s", job_id)
+        ingestion_job_fail(job_id=job_id, message="The job could not be queued or run (is the broker running?).")
+
+
+def worker_id_default() -> str:
+    """This process's worker id for leases: ``<host>/<pid>``."""
+    return f"{socket.gethostname()}/{os.getpid()}"[:200]
+
+
+def paths_enqueue(
+    *,
+    tenant: Tenant,
+    source: Source,
+    paths: Iterable[Path],
+    fmt: str | None = None,
+    uri_prefix: str = "",
+    root: Path | None = None,
+    exclude: Iterable[str] = (),
+    splitter: dict | None = None,
+) -> list[IngestionJob]:
+    """Queue one ``IngestionJob`` per file under ``paths`` (``manage.py ingest --async``). Returns the jobs.
+
+    Every file is read and validated first, so a bad file (``InvalidInput``,
+    ``UnsupportedFileType``) queues nothing. The jobs name the files by absolute path: workers
+    must see the same file system. ``splitter`` is ``{"name": ..., **options}`` for
+    ``get_splitter``. Document ids and URIs are the ones ``paths_ingest`` would give.
+    """
+    if source.tenant_id != tenant.pk:
+        raise InvalidInput("The source belongs to another tenant.")
+    files = collect_files(paths, root=root, exclude=exclude)
+    for file, base in files:
+        read_path(file, root=base, uri_prefix=uri_prefix, fmt=fmt)
+        if len(str(file)) > 2000:
+            raise InvalidInput(f"{file}: the path is longer than 2,000 characters.")
+    with transaction.atomic():
+        jobs = [
+            IngestionJob.objects.create(
+                tenant=tenant,
+                source=source,
+                file_name=str(file.relative_to(base))[:500],
+                stored_path=str(file),
+                options={
+                    "reader": "path",
+                    "root": str(base),
+                    "uri_prefix": uri_prefix,
+                    "format": fmt,
+                    "splitter": splitter or {},
+                },
+            )
+            for file, base in files
+        ]
+        for job in jobs:
+            transaction.on_commit(partial(_job_enqueue, job.pk))
+    return jobs
+
+
+def _job_documents(job: IngestionJob) -> list:
+    """Read the job's file: an upload (named after its file) or a queued path (``paths_enqueue``)."""
+    options = job.options or {}
+    stored = Path(job.stored_path)
+    if not stored.is_file():
+        raise InvalidInput(
+            f"{job.file_name}: the file is gone from {'its folder' if options.get('reader') == 'path' else 'the upload store'}."
         )
-        if len(documents) == 1:  # a JSONL file names its documents itself
-            documents[0].external_id = options.get("external_id") or job.file_name
-            documents[0].title = options.get("title") or documents[0].title
-        report = documents_ingest(tenant=job.tenant, source=job.source, documents=documents)
-        job.status, job.result = IngestionJob.Status.DONE, report.as_dict()
-    except Exception as exc:  # recorded on the job; the task does not retry bad input
-        logger.exception("Ingestion job %s failed", job_id)
-        job.status, job.error = (
-            IngestionJob.Status.FAILED,
-            str(getattr(exc, "message", exc)),
+    if options.get("reader") == "path":
+        return read_path(
+            stored, root=Path(options["root"]), uri_prefix=options.get("uri_prefix", ""), fmt=options.get("format")
         )
-    job.finished_at = timezone.now()
-    job.save(update_fields=["status", "result", "error", "finished_at"])
+    # The uri is the name the file was uploaded as, never the server's path (JSONL lines carry
+    # their own).
+    documents = read_bytes(
+        stored.read_bytes(),
+        name=stored.name,
+        external_id=stored.name if stored.suffix.lower() == ".jsonl" else stored.stem,
+        uri=job.file_name,
+        fmt=options.get("format"),
+    )
+    if len(documents) == 1:  # a JSONL file names its documents itself
+        documents[0].external_id = options.get("external_id") or job.file_name
+        documents[0].title = options.get("title") or documents[0].title
+    return documents
+
+
+def _job_splitter(job: IngestionJob):
+    spec = dict((job.options or {}).get("splitter") or {})
+    return get_splitter(spec.pop("name"), **spec) if spec.get("name") else None
+
+
+class _LeaseHeartbeat:
+    """Renews a job's lease every third of ``KB_JOB_LEASE_S`` from a thread while the job runs.
+
+    The thread uses its own database connection, closed when it stops. A worker that dies stops
+    renewing, so its lease runs out.
+    """
+
+    def __init__(self, job_id: int, worker_id: str):
+        self.job_id, self.worker_id = job_id, worker_id
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"ingestion-job-{job_id}-lease", daemon=True)
+
+    def __enter__(self) -> _LeaseHeartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        lease = settings.KB_JOB_LEASE_S
+        try:
+            while not self._stop.wait(lease / 3):
+                try:
+                    IngestionJob.objects.filter(
+                        pk=self.job_id, worker_id=self.worker_id, status=IngestionJob.Status.RUNNING
+                    ).update(lease_expires_at=timezone.now() + timedelta(seconds=lease))
+                except DatabaseError:  # the main thread meets the same trouble and retries
+                    logger.warning("Could not renew the lease of ingestion job %s", self.job_id, exc_info=True)
+        finally:
+            connection.close()
+
+
+class _ProgressRecorder:
+    """Writes ``documents_ingest``'s progress to the job, at most once a second (and on each new stage)."""
+
+    def __init__(self, job_id: int, worker_id: str):
+        self.job_id, self.worker_id = job_id, worker_id
+        self._last_write, self._last_stage = 0.0, ""
+
+    def __call__(self, progress: dict) -> None:
+        now = time.monotonic()
+        if progress["stage"] == self._last_stage and now - self._last_write < 1.0:
+            return
+        self._last_write, self._last_stage = now, progress["stage"]
+        IngestionJob.objects.filter(
+            pk=self.job_id, worker_id=self.worker_id, status=IngestionJob.Status.RUNNING
+        ).update(progress=progress)
+
+
+def _job_claim(job_id: int, worker_id: str) -> bool:
+    """Take job ``job_id`` for ``worker_id`` if it is pending or its lease ran out (one conditional UPDATE)."""
+    now = timezone.now()
+    claimable = Q(status=IngestionJob.Status.PENDING) | Q(status=IngestionJob.Status.RUNNING, lease_expires_at__lt=now)
+    return bool(
+        IngestionJob.objects.filter(claimable, pk=job_id).update(
+            status=IngestionJob.Status.RUNNING,
+            worker_id=worker_id,
+            lease_expires_at=now + timedelta(seconds=settings.KB_JOB_LEASE_S),
+            attempts=F("attempts") + 1,
+            started_at=Coalesce(F("started_at"), now),
+            progress={},
+        )
+    )
+
+
+def _job_finish(job_id: int, worker_id: str, *, status: str, result: dict, error: str) -> bool:
+    """Record the outcome if ``worker_id`` still holds the job; False if another worker took it over."""
+    return bool(
+        IngestionJob.objects.filter(pk=job_id, worker_id=worker_id, status=IngestionJob.Status.RUNNING).update(
+            status=status,
+            result=result,
+            error=error,
+            finished_at=timezone.now(),
+            lease_expires_at=None,
+        )
+    )
+
+
+def ingestion_job_run(*, job_id: int, worker_id: str | None = None) -> IngestionJob | None:
+    """Run ``IngestionJob`` ``job_id`` under a lease; returns the job as it ended (None if deleted).
+
+    The job is claimed if it is pending or its lease ran out (its worker died); a job that is
+    done or failed is returned as it is, and one running under a live lease raises
+    ``IngestionJobBusy`` (retry later). All of the file's documents are stored or none:
+    ``done`` with every document in ``result``, or ``failed`` with ``error`` saying why and that
+    nothing was stored (database messages are only logged). A temporary failure (one of
+    ``TRANSIENT_ERRORS``) puts the job back to ``pending`` and is re-raised, for the task to
+    retry; a job started ``KB_JOB_MAX_ATTEMPTS`` times is failed.
+    """
+    worker_id = worker_id or worker_id_default()
+    claimed = _job_claim(job_id, worker_id)
+    job = IngestionJob.objects.select_related("tenant", "source").filter(pk=job_id).first()
+    if job is None:
+        return None
+    if not claimed:
+        if job.status == IngestionJob.Status.RUNNING and job.lease_expires_at is not None:
+            raise IngestionJobBusy(job_id, max((job.lease_expires_at - timezone.now()).total_seconds(), 0) + 1)
+        return job
+    nothing = IngestReport().as_dict()
+    if job.attempts > settings.KB_JOB_MAX_ATTEMPTS:
+        _job_finish(
+            job_id,
+            worker_id,
+            status=IngestionJob.Status.FAILED,
+            result=nothing,
+            error=(
+                f"The job was started {job.attempts - 1} times and never finished (its worker stopped each "
+                "time, e.g. killed for memory). Nothing from this file was stored."
+            ),
+        )
+        job.refresh_from_db()
+        return job
+    with _LeaseHeartbeat(job_id, worker_id):
+        try:
+            report = documents_ingest(
+                tenant=job.tenant,
+                source=job.source,
+                documents=_job_documents(job),
+                splitter=_job_splitter(job),
+                on_progress=_ProgressRecorder(job_id, worker_id),
+            )
+        except TRANSIENT_ERRORS as exc:
+            _job_release(job_id, worker_id, exc)
+            raise
+        except ApplicationError as exc:
+            status, result, error = (
+                IngestionJob.Status.FAILED,
+                nothing,
+                f"{exc.message} Nothing from this file was stored.",
+            )
+        except Exception:
+            logger.exception("Ingestion job %s failed", job_id)
+            status, result, error = (
+                IngestionJob.Status.FAILED,
+                nothing,
+                "Ingestion failed unexpectedly (the details are in the server log). Nothing from this file was stored.",
+            )
+        else:
+            status, result, error = IngestionJob.Status.DONE, report.as_dict(), ""
+    if not _job_finish(job_id, worker_id, status=status, result=result, error=error):
+        logger.warning("Ingestion job %s was taken over by another worker; its outcome is theirs to record", job_id)
+    job.refresh_from_db()
     return job
+
+
+def _job_release(job_id: int, worker_id: str, exc: Exception) -> None:
+    """After a temporary failure: the job goes back to ``pending`` (nothing was stored) for a retry."""
+    logger.warning("Ingestion job %s met a temporary failure; it will be retried", job_id, exc_info=True)
+    message = exc.message if isinstance(exc, ApplicationError) else "the database was unreachable"
+    try:
+        if not connection.in_atomic_block:  # a broken connection is replaced before the update
+            connection.close_if_unusable_or_obsolete()
+        IngestionJob.objects.filter(pk=job_id, worker_id=worker_id, status=IngestionJob.Status.RUNNING).update(
+            status=IngestionJob.Status.PENDING,
+            worker_id="",
+            lease_expires_at=None,
+            progress={},
+            error=f"Temporary failure ({message}); nothing was stored and the job will be retried.",
+        )
+    except DatabaseError:  # the lease runs out instead, and the retry takes the job over
+        logger.warning("Could not release ingestion job %s", job_id, exc_info=True)
+
+
+def ingestion_job_fail(*, job_id: int, message: str) -> bool:
+    """Mark a job failed after its task gave up (retries spent), unless a live worker holds it.
+
+    Returns whether the job was marked. Nothing is stored by a job that did not finish.
+    """
+    now = timezone.now()
+    claimable = Q(status=IngestionJob.Status.PENDING) | Q(status=IngestionJob.Status.RUNNING, lease_expires_at__lt=now)
+    return bool(
+        IngestionJob.objects.filter(claimable, pk=job_id).update(
+            status=IngestionJob.Status.FAILED,
+            result=IngestReport().as_dict(),
+            error=f"{message} Nothing from this file was stored.",
+            worker_id="",
+            lease_expires_at=None,
+            finished_at=now,
+        )
+    )
+
+
+def ingestion_jobs_recover(*, limit: int = 500) -> list[int]:
+    """Re-queue running jobs whose lease ran out (their worker died). Returns their ids.
+
+    Each is claimed back to ``pending`` with a conditional UPDATE (so two recoveries, or a
+    recovery and a redelivered task, never queue one job twice) and queued once committed.
+    """
+    now = timezone.now()
+    stale = IngestionJob.objects.filter(status=IngestionJob.Status.RUNNING, lease_expires_at__lt=now)
+    requeued = []
+    for job_id in stale.order_by("lease_expires_at").values_list("pk", flat=True)[:limit]:
+        with transaction.atomic():
+            if stale.filter(pk=job_id).update(status=IngestionJob.Status.PENDING, worker_id="", lease_expires_at=None):
+                requeued.append(job_id)
+                transaction.on_commit(partial(_job_enqueue, job_id))
+    if requeued:
+        logger.warning("Re-queued ingestion jobs whose worker stopped: %s", requeued)
+    return requeued

@@ -124,3 +124,49 @@ def test_passages_are_embedded_with_their_heading_and_sentences_without():
     assert embedding_input(sentence) == "Install the package first."
     titled = Span("Guide › Setup. " + "word " * 60, 0, 320, 64, "Guide › Setup")
     assert embedding_input(titled) == titled.text
+
+
+def test_a_document_the_database_refuses_stores_none_of_its_batch_and_is_named(tenant, source):
+    refused = replace(TAXES, title="T" * 600)  # longer than a title may be: the database refuses it
+    with pytest.raises(InvalidInput) as error:
+        documents_ingest(tenant=tenant, source=source, documents=[PASTA, BIKE, refused])
+    assert error.value.message.startswith("finance/expenses: the document could not be stored")
+    assert "varying" not in error.value.message  # the database's own message is not shown
+    assert not Document.objects.for_tenant(tenant).exists()
+    assert not Chunk.objects.for_tenant(tenant).exists()
+
+
+def test_a_duplicate_stays_searchable_when_its_original_gets_a_new_version(corpus, source):
+    documents_ingest(
+        tenant=corpus, source=source, documents=[replace(BIKE, external_id="copies/bike", title="Tyre guide copy")]
+    )
+    old_chunks = Chunk.objects.filter(version__document__external_id="howto/bike-tyre").count()
+    tubeless = replace(BIKE, text="Fixing a flat bicycle tyre\n\nTubeless tyres seal small holes with latex sealant.")
+    documents_ingest(tenant=corpus, source=source, documents=[tubeless])
+    copy = DocumentVersion.objects.get(document__external_id="copies/bike", is_current=True)
+    assert copy.duplicate_of is None
+    assert copy.chunks.count() == old_chunks
+    assert all(c.heading.startswith("Tyre guide copy") for c in copy.chunks.all())
+    top = chunk_search(tenant=corpus, query="patch the inner tube puncture", k=1).results[0]
+    assert top.chunk.version.document.external_id == "copies/bike"
+    top = chunk_search(tenant=corpus, query="tubeless latex sealant", k=1).results[0]
+    assert top.chunk.version.document.external_id == "howto/bike-tyre"
+
+
+def test_the_other_duplicates_point_at_the_one_that_inherits_the_chunks(corpus, source):
+    copies = [replace(BIKE, external_id=f"copies/bike-{n}") for n in (1, 2)]
+    documents_ingest(tenant=corpus, source=source, documents=copies)
+    documents_ingest(tenant=corpus, source=source, documents=[replace(BIKE, text=BIKE.text + " Check the rim tape.")])
+    first = DocumentVersion.objects.get(document__external_id="copies/bike-1", is_current=True)
+    second = DocumentVersion.objects.get(document__external_id="copies/bike-2", is_current=True)
+    assert first.chunks.exists() and first.duplicate_of is None
+    assert second.duplicate_of == first and not second.chunks.exists()
+
+
+def test_a_copy_of_the_old_text_ingested_with_the_new_version_stays_searchable(corpus, source):
+    changed = replace(BIKE, text=BIKE.text + " Check the rim tape too.")
+    copy = replace(BIKE, external_id="archive/bike-tyre")
+    documents_ingest(tenant=corpus, source=source, documents=[changed, copy])
+    archived = DocumentVersion.objects.get(document__external_id="archive/bike-tyre", is_current=True)
+    assert archived.duplicate_of is None and archived.chunks.exists()
+    assert not Chunk.objects.filter(version__is_current=False).exists()

@@ -51,6 +51,23 @@ def browser(live_server, pasta, member):
         browser.close()
 
 
+def db_read(read):
+    """``read()`` (a database query) run in a thread of its own: Django refuses database calls
+    from the test's thread while Playwright's event loop lives there."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connection
+
+    def run():
+        try:
+            return read()
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(run).result()
+
+
 def sign_in(page, base_url: str, user) -> None:
     page.goto(base_url + reverse("portal:login"))
     page.fill("input[name=username]", user.username)
@@ -84,3 +101,39 @@ def test_the_answer_streams_in_step_by_step_then_shows_its_citation_links(
     expect(area.locator(".answer")).to_contain_text("nine to eleven minutes until al dente")
     expect(area.locator("ol.citations a").first).to_have_text("Cooking pasta")
     expect(area.locator("details.trace summary")).to_contain_text("How this answer was made: 4 steps")
+
+
+def test_a_member_asks_gives_feedback_follows_up_and_opens_a_citation(
+    transactional_db, live_server, pasta, member, browser
+):
+    from retrieval.models import Conversation, Feedback
+
+    page = browser.new_page()
+    sign_in(page, live_server.url, member)
+    area = page.locator("#answer-area")
+
+    page.fill("textarea[name=question]", "How long should spaghetti cook?")
+    page.click("#ask-form button[type=submit]")
+    expect(area.locator(".answer a.cite").first).to_have_text("[1]", timeout=30_000)
+
+    # Feedback on the answer, posted in the background by the page's script.
+    answer_form = area.locator("form.feedback").last
+    answer_form.locator("input[name=comment]").fill("Clear and short")
+    answer_form.locator("button[value=up]").click()
+    expect(answer_form.locator(".feedback-status")).to_have_text("Thanks for your feedback.")
+    assert page.url == live_server.url + reverse("portal:ask")
+    feedback = db_read(lambda: Feedback.objects.values_list("rating", "comment", "citation").get())
+    assert feedback == (1, "Clear and short", None)
+
+    # A follow-up continues the conversation: the first question shows above the new answer.
+    page.fill("textarea[name=question]", "And what should I keep before draining it?")
+    page.click("#ask-form button[type=submit]")
+    expect(area.locator(".thread .turn-question")).to_have_text("How long should spaghetti cook?", timeout=30_000)
+    expect(area.locator("details.trace summary")).to_contain_text("5 steps")  # condense, then the usual four
+    turns = db_read(lambda: list(Conversation.objects.get().turns.values_list("order", flat=True)))
+    assert turns == [1, 2]
+
+    # A citation opens its document at the cited chunk.
+    area.locator(".answer a.cite").first.click()
+    page.wait_for_url(re.compile(rf".*/documents/{pasta.pk}/\?version=1#chunk-\d+"))
+    expect(page.locator(".chunk:target")).to_have_count(1)

@@ -54,3 +54,61 @@ def test_the_fusion_can_be_chosen_per_tenant(corpus):
     corpus.retrieval_config = {"fusion": "nonsense"}
     with pytest.raises(InvalidInput):
         chunk_search(tenant=corpus, query="pasta", k=3)
+
+
+def test_embedding_the_query_during_the_lexical_search_finds_the_same_candidates_as_one_after_the_other(corpus):
+    from retrieval.config import SearchConfig
+    from retrieval.stages.retrieve.candidates import candidates_retrieve
+    from retrieval.stages.retrieve.filters import RetrievalFilter
+    from retrieval.types import QueryPlan
+
+    plan = QueryPlan.from_question("how do I patch a bicycle tyre puncture?")
+    where = RetrievalFilter.for_tenant(corpus)
+    kwargs = {"where": where, "embedder": corpus.embedder, "mode": "hybrid", "config": SearchConfig(), "limit": 10}
+    overlapped, overlapped_ms = candidates_retrieve(plan, concurrent=True, **kwargs)
+    sequential, sequential_ms = candidates_retrieve(plan, concurrent=False, **kwargs)
+
+    assert set(overlapped.lists) == {"lexical", "dense"}
+    for name, ranking in sequential.lists.items():
+        assert [item for item, _ in overlapped.lists[name]] == [item for item, _ in ranking]
+        assert [score for _, score in overlapped.lists[name]] == pytest.approx([score for _, score in ranking])
+    assert {"lexical_ms", "embed_ms", "embed_wait_ms", "overlap_ms", "dense_ms"} <= set(overlapped_ms)
+    assert "overlap_ms" not in sequential_ms
+
+
+def test_search_results_with_their_document_and_source_are_fetched_in_one_query(corpus, django_assert_num_queries):
+    from retrieval.config import SearchConfig
+    from retrieval.stages.fuse import candidates_fuse, results_fetch
+    from retrieval.stages.retrieve.candidates import candidates_retrieve
+    from retrieval.stages.retrieve.filters import RetrievalFilter
+    from retrieval.types import QueryPlan
+
+    plan = QueryPlan.from_question("bicycle tyre, pasta water and expense receipts")
+    candidates, _ = candidates_retrieve(
+        plan,
+        where=RetrievalFilter.for_tenant(corpus),
+        embedder=corpus.embedder,
+        mode="hybrid",
+        config=SearchConfig(),
+        limit=10,
+    )
+    ranking = candidates_fuse(candidates, SearchConfig())
+    assert len(ranking) >= 3
+    with django_assert_num_queries(1):
+        results = results_fetch(tenant=corpus, ranking=ranking, candidates=candidates, k=10)
+        shown = [r.as_dict() for r in results]
+    assert [row["chunk_id"] for row in shown] == [item for item, _ in ranking[:10]]
+    assert {row["source"] for row in shown} == {"handbook"}
+    assert all(row["text"] and row["document"] and row["version"] == 1 for row in shown)
+
+
+def test_result_rows_are_never_loaded_for_another_tenants_chunk_ids(corpus, other_tenant_corpus):
+    from knowledge.models import Chunk
+    from retrieval.stages.fuse import chunks_load
+
+    theirs = list(Chunk.objects.for_tenant(other_tenant_corpus).values_list("pk", flat=True))
+    ours = list(Chunk.objects.for_tenant(corpus).values_list("pk", flat=True))
+    loaded = chunks_load(tenant=corpus, chunk_ids=theirs + ours)
+    assert sorted(loaded) == sorted(ours)
+    chunk = loaded[ours[0]]
+    assert len(chunk.embedding) == 384  # columns left out of the narrow query still load on demand

@@ -1,13 +1,22 @@
 import json
 from pathlib import Path
 
+from celery import current_app
+from django.core.management.base import CommandError
+
 from core.commands import TenantCommand
 from knowledge.ingestion.splitters import get_splitter
-from knowledge.services import paths_ingest, source_get_or_create
+from knowledge.services import paths_enqueue, paths_ingest, source_get_or_create
 
 
 class Command(TenantCommand):
-    help = "Ingest files or folders: manage.py ingest --tenant SLUG --source NAME PATH..."
+    help = (
+        "Ingest files or folders: manage.py ingest --tenant SLUG --source NAME PATH... "
+        "Runs in-process with a progress bar; with --async and a broker configured (CELERY_BROKER_URL or "
+        "REDIS_URL) it validates every file, queues one ingestion job per file for the Celery workers (which "
+        "must see the same paths), prints the job ids and exits. --async without a broker says so and "
+        "ingests in-process."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("paths", nargs="+", type=Path)
@@ -28,7 +37,14 @@ class Command(TenantCommand):
         parser.add_argument("--overlap", type=int, default=30)
         parser.add_argument("--reliability", type=float, default=None)
         parser.add_argument("--half-life-days", type=float, default=None)
-        parser.add_argument("--json", action="store_true", help="print the report as JSON")
+        parser.add_argument(
+            "--async",
+            dest="run_async",
+            action="store_true",
+            help="queue one ingestion job per file for the workers and print the job ids (needs a broker; "
+            "without one, ingests in-process)",
+        )
+        parser.add_argument("--json", action="store_true", help="print the report (or the queued job ids) as JSON")
 
     def handle(self, *args, **o):
         tenant = self.tenant(o["tenant"])
@@ -41,19 +57,32 @@ class Command(TenantCommand):
         try:
             splitter = get_splitter(o["splitter"], **options)
         except ValueError as exc:
-            from django.core.management.base import CommandError
-
             raise CommandError(str(exc)) from exc
+        reading = {"fmt": o["fmt"], "uri_prefix": o["uri_prefix"], "root": o["root"], "exclude": o["exclude"]}
+        if o["run_async"]:
+            if not current_app.conf.task_always_eager:
+                jobs = paths_enqueue(
+                    tenant=tenant,
+                    source=source,
+                    paths=o["paths"],
+                    splitter={"name": o["splitter"], **options},
+                    **reading,
+                )
+                ids = [job.pk for job in jobs]
+                if o["json"]:
+                    self.stdout.write(json.dumps({"jobs": ids}))
+                else:
+                    self.stdout.write(
+                        f"{source.name}: queued {len(ids)} ingestion job(s): {' '.join(map(str, ids))}. "
+                        "Their status is at /api/v1/jobs/<id>/ and in the admin (Ingestion jobs)."
+                    )
+                return
+            self.stderr.write(
+                "--async: no broker is configured (CELERY_BROKER_URL or REDIS_URL), so the files are ingested "
+                "here instead."
+            )
         report = paths_ingest(
-            tenant=tenant,
-            source=source,
-            paths=o["paths"],
-            fmt=o["fmt"],
-            uri_prefix=o["uri_prefix"],
-            root=o["root"],
-            exclude=o["exclude"],
-            splitter=splitter,
-            progress=not o["json"],
+            tenant=tenant, source=source, paths=o["paths"], splitter=splitter, progress=not o["json"], **reading
         )
         if o["json"]:
             self.stdout.write(json.dumps(report.as_dict()))

@@ -67,6 +67,10 @@
       view.status.textContent = "Writing the answer…";
     } else if (event === "answer") {
       area.innerHTML = data.html;  // server-rendered, escaped like the plain page
+      var conversation = form.querySelector("input[name=conversation]");
+      if (conversation && data.conversation_id) conversation.value = data.conversation_id;  // follow-ups continue it
+      var question = form.querySelector("textarea[name=question]");
+      if (question) question.value = "";
       return true;
     } else if (event === "error") {
       var body = data.error || {};

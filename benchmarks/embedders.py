@@ -1,0 +1,299 @@
+"""The local embedder's backends side by side: speed, agreement with torch, retrieval quality.
+
+Usage: python benchmarks/embedders.py [--backends torch onnx onnx-int8] [--chunks 1200]
+       [--rounds 3] [--queries 170] [--datasets rag4p hotpotqa bioasq] [--skip-speed] [--skip-quality]
+       [--keep]
+Writes benchmarks/results/embedders.json (and the README table, embedders.md) and prints the JSON.
+
+all-MiniLM-L6-v2 on each ``KB_EMBEDDER_BACKEND`` (``torch``, ``onnx``, ``onnx-int8``):
+
+* ingestion throughput (chunks/s): real chunks (the Django docs the demo downloads into
+  ``.kb-data/downloads/``, split by the ingestion splitter, as ingestion embeds them; else the
+  BioASQ corpus), embedded in slices of 256 like ``documents_ingest``; backends run interleaved,
+  ``--rounds`` times, and the median round is reported (the machine's 2 cores are shared);
+* single-query latency p50/p95 (ms) on the BioASQ questions, backends interleaved per query,
+  query cache off; the LRU cache's hit latency (µs);
+* agreement: cosine between each backend's vectors and torch's on the same chunks and queries;
+* retrieval quality: for each backend a child process (``KB_EMBEDDER_BACKEND`` set, query cache
+  off) ingests the three dev sets into tenants ``bench-emb-<backend>-<dataset>`` and evaluates
+  dense and hybrid search (``quality.services.evaluation_run``), so documents and queries are
+  both embedded by that backend; the ONNX backends are also evaluated against the torch tenants
+  (documents stored by torch, queries by the backend: what switching the default does to an
+  existing installation). The issue's rule: nDCG@10 loss at most 0.01 on each set.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from _setup import ROOT, django_setup
+
+BACKENDS = ["torch", "onnx", "onnx-int8"]
+DJANGO_DOCS = ROOT / ".kb-data" / "downloads"
+METRICS = ("ndcg@10", "recall@10", "hit@1", "mrr@10", "p50_ms")
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def chunk_texts(limit: int) -> tuple[str, list[str]]:
+    """Up to ``limit`` chunk texts as ingestion embeds them, and where they come from."""
+    from knowledge.ingestion.readers import read_path
+    from knowledge.ingestion.splitters import get_splitter
+    from knowledge.services.ingestion import embedding_input
+
+    splitter = get_splitter("max_tokens")
+    docs = sorted(DJANGO_DOCS.glob("django-*/docs"))
+    texts: list[str] = []
+    if docs:
+        origin = f"Django docs ({docs[-1].parent.name}/docs/topics, ref)"
+        files = sorted((docs[-1] / "topics").rglob("*.txt")) + sorted((docs[-1] / "ref").rglob("*.txt"))
+        for path in files:
+            for document in read_path(path, root=docs[-1], fmt="rst"):
+                texts += [embedding_input(span) for span in splitter.split(document)]
+            if len(texts) >= limit:
+                break
+    else:
+        from retrieval_quality import DATASETS
+
+        from quality.importers import dataset_load
+
+        origin = "BioASQ dev abstracts"
+        dataset = dataset_load(name="bioasq", paths=DATASETS["bioasq"])
+        for document in dataset.documents:
+            texts += [embedding_input(span) for span in splitter.split(document)]
+            if len(texts) >= limit:
+                break
+    return origin, texts[:limit]
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def speed(backends: list[str], *, chunks: int, rounds: int, queries: int) -> dict:
+    """Throughput, query latency, cache-hit latency and agreement with torch, in this process."""
+    import numpy as np
+    from retrieval_quality import DATASETS
+
+    from knowledge.embedders import LocalMiniLMEmbedder
+    from quality.importers import dataset_load
+
+    origin, texts = chunk_texts(chunks)
+    questions = [q.question for q in dataset_load(name="bioasq", paths=DATASETS["bioasq"]).judgments][:queries]
+    log(f"speed: {len(texts)} chunks from {origin}, {len(questions)} queries, {rounds} interleaved rounds")
+    embedders = {}
+    for backend in backends:
+        started = time.perf_counter()
+        embedders[backend] = LocalMiniLMEmbedder(backend=backend, query_cache_size=0)
+        log(f"{backend}: loaded in {time.perf_counter() - started:.1f}s")
+        embedders[backend].embed(texts[:16])  # warm up
+    throughput: dict[str, list[float]] = {b: [] for b in backends}
+    vectors = {}
+    for r in range(rounds):
+        for backend in backends:
+            started = time.perf_counter()
+            parts = [embedders[backend].embed(texts[i : i + 256]) for i in range(0, len(texts), 256)]
+            throughput[backend].append(len(texts) / (time.perf_counter() - started))
+            vectors[backend] = np.concatenate(parts)
+            log(f"round {r + 1} {backend}: {throughput[backend][-1]:.1f} chunks/s")
+    latency: dict[str, list[float]] = {b: [] for b in backends}
+    query_vectors: dict[str, list] = {b: [] for b in backends}
+    for question in questions:
+        for backend in backends:
+            started = time.perf_counter()
+            query_vectors[backend].append(embedders[backend].embed_query(question))
+            latency[backend].append((time.perf_counter() - started) * 1000)
+    cached = LocalMiniLMEmbedder(backend=backends[-1], query_cache_size=1024)
+    hits = []
+    for question in questions:
+        cached.embed_query(question)
+        started = time.perf_counter()
+        cached.embed_query(question)
+        hits.append((time.perf_counter() - started) * 1e6)
+    result: dict = {
+        "chunks_from": origin,
+        "chunks": len(texts),
+        "queries": len(questions),
+        "rounds": rounds,
+        "cache_hit_us": {"p50": percentile(hits, 50), "p95": percentile(hits, 95)},
+        "backends": {},
+    }
+    for backend in backends:
+        entry = {
+            "chunks_per_s": statistics.median(throughput[backend]),
+            "chunks_per_s_rounds": throughput[backend],
+            "query_p50_ms": percentile(latency[backend], 50),
+            "query_p95_ms": percentile(latency[backend], 95),
+            "model_file_mb": None,
+        }
+        if backend != "torch":
+            entry["model_file_mb"] = embedders[backend].onnx_path.stat().st_size / 2**20
+        if "torch" in vectors and backend != "torch":
+            chunk_cos = np.sum(vectors["torch"] * vectors[backend], axis=1)
+            query_cos = np.sum(np.stack(query_vectors["torch"]) * np.stack(query_vectors[backend]), axis=1)
+            entry["cosine_to_torch"] = {
+                "chunks_mean": float(chunk_cos.mean()),
+                "chunks_min": float(chunk_cos.min()),
+                "queries_mean": float(query_cos.mean()),
+                "queries_min": float(query_cos.min()),
+            }
+        result["backends"][backend] = entry
+    return result
+
+
+def tenant_for(dataset, *, name: str, slug: str):
+    """The tenant ``slug`` with ``dataset`` ingested (unchanged documents are not re-embedded) and
+    its judgment list (like ``retrieval_quality.tenant_for``, with its own tenant names)."""
+    from knowledge.ingestion.splitters import get_splitter
+    from knowledge.models import Source, Tenant
+    from knowledge.services import documents_ingest, source_get_or_create, tenant_create
+    from quality.models import JudgmentList
+    from quality.services import judgment_list_import
+
+    tenant = Tenant.objects.filter(slug=slug).first() or tenant_create(slug=slug)
+    source = source_get_or_create(tenant=tenant, name=name, kind=Source.Kind.DATASET)
+    report = documents_ingest(
+        tenant=tenant, source=source, documents=dataset.documents, splitter=get_splitter(dataset.splitter)
+    )
+    JudgmentList.objects.filter(tenant=tenant, name=name).delete()
+    judgment_list = judgment_list_import(tenant=tenant, name=name, origin=name, judgments=dataset.judgments)
+    return tenant, judgment_list, report
+
+
+def quality_child(*, backend: str, docs_backend: str, datasets: list[str]) -> dict:
+    """In a process whose KB_EMBEDDER_BACKEND is ``backend``: dense and hybrid metrics per dataset
+    on the tenants whose documents ``docs_backend`` embedded (ingested here when they are new)."""
+    from django.conf import settings
+    from retrieval_quality import DATASETS
+
+    from knowledge.models import Chunk
+    from quality.importers import dataset_load
+    from quality.services import evaluation_run
+    from retrieval.search import SearchConfig
+
+    assert settings.KB_EMBEDDER_BACKEND == backend, (settings.KB_EMBEDDER_BACKEND, backend)
+    out: dict = {}
+    for name in datasets:
+        dataset = dataset_load(name=name, paths=DATASETS[name])
+        tenant, judgment_list, report = tenant_for(dataset, name=name, slug=f"bench-emb-{docs_backend}-{name}")
+        entry: dict = {"chunks": Chunk.objects.for_tenant(tenant).count(), "embed_seconds": report.embed_seconds}
+        config = SearchConfig.for_tenant(tenant)
+        for mode in ("dense", "hybrid"):
+            run = evaluation_run(
+                judgment_list=judgment_list, mode=mode, config=config, k=100, splitter=dataset.splitter
+            )
+            entry[mode] = {m: run.metrics.get(m) for m in METRICS}
+            log(f"[{backend} queries, {docs_backend} documents] {name} {mode}: {entry[mode]}")
+        out[name] = entry
+    return out
+
+
+def quality(backends: list[str], datasets: list[str], *, keep: bool, save) -> dict:
+    """Run ``quality_child`` per dataset and backend (and ONNX queries on torch documents), each in
+    a subprocess; ``save(results)`` is called after each, so an interrupted run keeps what it has."""
+    from knowledge.models import Tenant
+
+    runs = [(b, b) for b in backends]
+    if "torch" in backends:
+        runs += [(b, "torch") for b in backends if b != "torch"]
+    results: dict = {}
+    try:
+        for name in datasets:
+            for backend, docs_backend in runs:
+                env = {**os.environ, "KB_EMBEDDER_BACKEND": backend, "KB_QUERY_EMBED_CACHE": "0"}
+                command = [sys.executable, __file__, "--quality-child", backend, docs_backend, "--datasets", name]
+                completed = subprocess.run(command, env=env, stdout=subprocess.PIPE, text=True, check=True)
+                label = backend if backend == docs_backend else f"{backend} queries, {docs_backend} documents"
+                results.setdefault(label, {}).update(json.loads(completed.stdout.strip().splitlines()[-1]))
+                save(results)
+    finally:
+        if not keep:
+            Tenant.objects.filter(slug__startswith="bench-emb-").delete()
+    return results
+
+
+def markdown(results: dict) -> str:
+    """The README table: per backend, speed, agreement with torch and quality on the dev sets."""
+    speed_results = results.get("speed", {}).get("backends", {})
+    quality_results = results.get("quality", {})
+    sets = [("bioasq", "ndcg@10"), ("hotpotqa", "ndcg@10"), ("hotpotqa", "recall@10"), ("rag4p", "hit@1")]
+    header = " | ".join(f"{name} {metric} (dense / hybrid)" for name, metric in sets)
+    lines = [
+        f"| backend | chunks/s | query p50 / p95 ms | cosine to torch (mean / min) | {header} |",
+        "|---|---|---|---|" + "---|" * len(sets),
+    ]
+    for label, per_set in quality_results.items():
+        backend = label.split(" ")[0]
+        timing = speed_results.get(backend, {}) if label == backend else {}
+        cosine = timing.get("cosine_to_torch")
+        cells = [
+            label,
+            f"{timing['chunks_per_s']:.1f}" if timing else "",
+            f"{timing['query_p50_ms']:.1f} / {timing['query_p95_ms']:.1f}" if timing else "",
+            f"{cosine['chunks_mean']:.4f} / {cosine['chunks_min']:.4f}"
+            if cosine
+            else ("1" if label == "torch" else ""),
+        ]
+        for name, metric in sets:
+            run = per_set.get(name)
+            cells.append(f"{run['dense'][metric]:.3f} / {run['hybrid'][metric]:.3f}" if run else "not run")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    django_setup()
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--backends", nargs="+", default=BACKENDS, choices=BACKENDS)
+    parser.add_argument("--datasets", nargs="+", default=["rag4p", "hotpotqa", "bioasq"])
+    parser.add_argument("--chunks", type=int, default=1200, help="chunks embedded per backend and round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--queries", type=int, default=170)
+    parser.add_argument("--skip-quality", action="store_true")
+    parser.add_argument("--skip-speed", action="store_true")
+    parser.add_argument("--keep", action="store_true", help="keep the bench-emb-* tenants")
+    parser.add_argument("--quality-child", nargs=2, metavar=("BACKEND", "DOCS_BACKEND"), help=argparse.SUPPRESS)
+    parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results")
+    args = parser.parse_args()
+    if args.quality_child:
+        backend, docs_backend = args.quality_child
+        print(json.dumps(quality_child(backend=backend, docs_backend=docs_backend, datasets=args.datasets)))
+        return
+
+    # Parts can be measured in separate runs (--skip-speed, --datasets): each save merges what this
+    # run measured into the results file as it is then, keeping the rest.
+    args.output.mkdir(parents=True, exist_ok=True)
+    path = args.output / "embedders.json"
+    results: dict = {"cpu_count": os.cpu_count(), "load_average_at_start": os.getloadavg()}
+
+    def save(quality_results: dict | None = None) -> None:
+        merged = json.loads(path.read_text()) if path.exists() else {}
+        for key, value in results.items():
+            if key != "quality":
+                merged[key] = value
+        for label, datasets in (quality_results or {}).items():
+            merged.setdefault("quality", {}).setdefault(label, {}).update(datasets)
+        merged["load_average_at_end"] = os.getloadavg()
+        path.write_text(json.dumps(merged, indent=2))
+        (args.output / "embedders.md").write_text(markdown(merged))
+        results["quality"] = merged.get("quality", {})
+
+    if not args.skip_speed:
+        results["speed"] = speed(args.backends, chunks=args.chunks, rounds=args.rounds, queries=args.queries)
+        save()
+    if not args.skip_quality:
+        quality(args.backends, args.datasets, keep=args.keep, save=save)
+    save()
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+"""A 100,000-chunk tenant: search latency, index build time, database size and ingestion throughput.
+
+Usage: python benchmarks/scale.py [--chunks 100000] [--queries 100] [--base-sentences N]
+       [--fidelity 300] [--ingest-sample 200] [--keep]
+
+Builds (or, after ``--keep``, reuses) the tenant ``scale-<chunks>`` from real text recombined
+with real-embedder-derived vectors (``benchmarks/_corpus.py`` documents the method; the JSON's
+``vectors`` section measures how close they are to real embeddings), loaded with COPY through
+the product's BM25 triggers and given its own HNSW index by the product's
+``tenant_vector_index_ensure``. Then, with pre-embedded real questions (BioASQ, HotpotQA) and
+every configuration interleaved per query: hybrid p50/p95 (retrievers + fusion + row fetch,
+query embedding excluded), lexical and dense p50 (dense on the tenant index and, for
+reference, the exact scan), dense recall@100 of the index against the exact scan, index build
+time, database size per 1k chunks (``pg_total_relation_size`` delta of the chunk, BM25 and
+document tables) and storing throughput; then ingestion throughput with the real embedder
+(the product's ``documents_ingest``) on ``--ingest-sample`` chunks in a throwaway tenant.
+Prints one JSON object and writes ``benchmarks/results/scale.json``.
+"""
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from _setup import django_setup
+
+RESULTS = Path(__file__).resolve().parent / "results" / "scale.json"
+SEED = 2  # benchmarks/multi_tenant.py builds its large tenant with the same slug and seed
+
+
+def _ingest_with_embedder(chunks) -> dict:
+    """Chunks/s of the product's own ingestion (split, embed, store) on ``chunks``' texts."""
+    import _corpus
+
+    from knowledge.ingestion.readers import ReadDocument
+    from knowledge.services import documents_ingest
+    from knowledge.services.tenants import tenant_delete
+
+    tenant, source = _corpus.tenant_fresh("scale-ingest-sample")
+    documents = [ReadDocument(external_id=f"sample/{i}", title=c.heading, text=c.text) for i, c in enumerate(chunks)]
+    try:
+        started = time.perf_counter()
+        report = documents_ingest(tenant=tenant, source=source, documents=documents)
+        seconds = time.perf_counter() - started
+    finally:
+        tenant_delete(tenant=tenant)
+    stored = report.counts()["chunks"]
+    return {
+        "chunks": stored,
+        "seconds": round(seconds, 1),
+        "embed_seconds": round(report.embed_seconds, 1),
+        "chunks_per_s": round(stored / seconds, 1),
+        "store_chunks_per_s": round(stored / max(1e-9, seconds - report.embed_seconds), 1),
+    }
+
+
+def dev_set_recall(*, keep: bool) -> dict:
+    """recall@10/@100 of the dense side on BioASQ 12b dev (170 questions), tenant index vs exact scan.
+
+    The dataset is ingested with the product's own ingestion (real embedder, ``max_tokens``
+    splitter; the tenant gets its own index, being above the threshold) into ``scale-bioasq``
+    (reused with ``keep``); each question's top 100 chunks under both plans are mapped to their
+    documents (a document's best chunk) and scored against the judged documents.
+    """
+    import _corpus
+
+    from knowledge.embedders import get_embedder
+    from knowledge.ingestion.splitters import get_splitter
+    from knowledge.models import Chunk, Tenant
+    from knowledge.services import documents_ingest
+    from knowledge.services.tenants import tenant_delete
+    from knowledge.vector_index import tenant_vector_indexes
+    from quality.importers import dataset_load
+    from retrieval.stages.retrieve.dense import vector_search
+    from retrieval.stages.retrieve.filters import RetrievalFilter
+
+    dataset = dataset_load(name="bioasq", paths=[_corpus.DATASETS / "bioasq" / "bioasq-12b-dev.json"])
+    tenant = Tenant.objects.filter(slug="scale-bioasq").first()
+    if tenant is None or not Chunk.objects.filter(tenant=tenant).exists():
+        tenant, source = _corpus.tenant_fresh("scale-bioasq")
+        documents_ingest(tenant=tenant, source=source, documents=dataset.documents, splitter=get_splitter("max_tokens"))
+    documents = dict(Chunk.objects.filter(tenant=tenant).values_list("id", "version__document__external_id"))
+    vectors = get_embedder("local").embed([q.question for q in dataset.judgments])
+    where = RetrievalFilter.for_tenant(tenant)
+    scores: dict[str, dict[str, list[float]]] = {"tenant_index": {}, "exact": {}}
+    for judged, vector in zip(dataset.judgments, vectors, strict=True):
+        relevant = {r["document"] for r in judged.relevant}
+        for name, plan in (("tenant_index", "auto"), ("exact", "exact")):
+            ranked = []
+            for chunk, _ in vector_search(where=where, embedder="local", vector=vector, limit=100, plan=plan):
+                if documents[chunk] not in ranked:
+                    ranked.append(documents[chunk])
+            for k in (10, 100):
+                hits = len(relevant & set(ranked[:k])) / max(1, len(relevant))
+                scores[name].setdefault(f"recall@{k}", []).append(hits)
+    result = {
+        "chunks": len(documents),
+        "questions": len(dataset.judgments),
+        "indexes": [i["name"] for i in tenant_vector_indexes(tenant_id=tenant.pk)],
+        **{name: {m: round(sum(v) / len(v), 4) for m, v in metrics.items()} for name, metrics in scores.items()},
+    }
+    if not keep:
+        tenant_delete(tenant=tenant)
+    return result
+
+
+def main() -> None:
+    django_setup()
+    import _corpus
+
+    from knowledge.services.tenants import tenant_delete
+    from knowledge.vector_index import tenant_vector_indexes
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--chunks", type=int, default=100_000)
+    parser.add_argument("--queries", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--base-sentences", type=int, default=None, help="cap on base sentences (default all)")
+    parser.add_argument("--fidelity", type=int, default=300, help="chunks embedded for real to check vectors")
+    parser.add_argument("--ingest-sample", type=int, default=200, help="chunks ingested with the real embedder")
+    parser.add_argument("--no-dev-set", action="store_true", help="skip BioASQ dense recall, index vs exact")
+    parser.add_argument("--keep", action="store_true", help="keep the scale tenant for the next run")
+    args = parser.parse_args()
+
+    sentences = _corpus.base_sentences(args.base_sentences)
+    vectors = _corpus.base_vectors(sentences)
+    questions = _corpus.benchmark_questions(args.queries)
+    qvectors = _corpus.question_vectors(questions)
+    sample = _corpus.synthetic_chunks(
+        max(args.fidelity, args.ingest_sample), sentences=sentences, vectors=vectors, seed=7
+    )
+    from django.conf import settings
+
+    def save() -> None:  # after every section, so a late failure keeps the figures measured so far
+        RESULTS.parent.mkdir(exist_ok=True)
+        RESULTS.write_text(json.dumps(output, indent=2) + "\n")
+
+    output: dict = {
+        "chunks": args.chunks,
+        "embedder_backend": getattr(settings, "KB_EMBEDDER_BACKEND", "torch"),
+        "base_sentences": len(sentences),
+        "queries": len(questions),
+        "vectors": _corpus.neighbour_fidelity(sample, sample=args.fidelity) if args.fidelity else None,
+    }
+    tenant, load = _corpus.tenant_of_size(
+        f"scale-{args.chunks}", args.chunks, sentences=sentences, vectors=vectors, seed=SEED, index=None
+    )
+    output["load"] = load
+    save()
+    output["indexes"] = tenant_vector_indexes(tenant_id=tenant.pk)
+    runs = _corpus.searchers(tenant)
+    timed = _corpus.time_interleaved(
+        {name: runs[name] for name in ("hybrid", "lexical", "dense", "dense_exact")},
+        questions,
+        qvectors,
+        rounds=args.rounds,
+    )
+    output["search"] = timed
+    save()
+    output["goal_hybrid_p50_ms_max"] = 15
+    output["dense_recall_at_100_vs_exact"] = {
+        f"ef_search_{ef}": _corpus.dense_overlap(tenant, qvectors[:50], ef_search=ef) for ef in (100, 200)
+    }
+    if not args.no_dev_set:
+        output["dense_dev_set_bioasq"] = dev_set_recall(keep=args.keep)
+        save()
+    if args.ingest_sample:
+        output["ingest_real_embedder"] = _ingest_with_embedder(sample[: args.ingest_sample])
+    if not args.keep:
+        tenant_delete(tenant=tenant)
+    save()
+    print(json.dumps(output, indent=2))
+
+
+if __name__ == "__main__":
+    main()

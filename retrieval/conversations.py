@@ -1,0 +1,87 @@
+"""Conversations: a user's questions kept as a thread, each follow-up answered in its light.
+
+``conversation_ask`` answers a question through ``pipeline_answer`` with the conversation's
+earlier questions as ``history`` (the pipeline's condense step makes a follow-up standalone:
+``retrieval.run.condense_stage``), then stores the turn: question, standalone query, answer,
+citations and trace. Without a conversation id it starts a new conversation.
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.db.models import Max
+
+from core.errors import PermissionDenied
+from knowledge.selectors import membership_for_user
+from retrieval.models import Conversation, Turn
+from retrieval.pipeline import AnswerRun, pipeline_answer
+from retrieval.selectors import conversation_get
+
+HISTORY_TURNS = 5  # earlier questions given to the pipeline
+
+
+def _standalone_query(run: AnswerRun, question: str) -> str:
+    for step in run.steps:
+        if step.stage in ("condense", "rephrase") and isinstance(step.summary, dict) and step.summary.get("query"):
+            return str(step.summary["query"])
+    return question
+
+
+def conversation_ask(*, tenant, user, question: str, conversation_id: int | None = None, **options) -> AnswerRun:
+    """Answer ``question`` as the next turn of ``user``'s conversation ``conversation_id`` (or of a
+    new conversation), store the turn, and return the run with ``conversation_id`` and ``turn`` set.
+
+    ``options`` are ``pipeline_answer``'s other keyword arguments (``pipeline``, ``k``,
+    ``on_event``...). A viewer's question is answered but not kept (no conversation; continuing
+    one is ``PermissionDenied``). ``NotFound`` for a conversation that is not the user's in this
+    tenant, ``PermissionDenied`` for an anonymous user, ``InvalidInput`` for a bad question or
+    option (then nothing is stored).
+    """
+    if user is None or not user.is_authenticated:
+        raise PermissionDenied("Conversations need a signed-in user.")
+    if not membership_for_user(user).can_participate:
+        if conversation_id is not None:
+            raise PermissionDenied("Viewers do not keep conversations; ask a tenant admin for the member role.")
+        return pipeline_answer(tenant=tenant, user=user, question=question, **options)  # answered, not kept
+    history: list[str] = []
+    if conversation_id is not None:
+        conversation = conversation_get(tenant=tenant, user=user, conversation_id=conversation_id)
+        recent = conversation.turns.order_by("-order").values_list("question", flat=True)[:HISTORY_TURNS]
+        history = list(reversed(recent))
+    run = pipeline_answer(tenant=tenant, user=user, question=question, history=history or None, **options)
+    with transaction.atomic():
+        if conversation_id is None:
+            conversation = Conversation.objects.create(tenant=tenant, user=user, title=run.answer.question[:200])
+            order = 1
+        else:
+            # The row lock orders concurrent follow-ups of one conversation.
+            conversation = Conversation.objects.select_for_update().get(pk=conversation_id)
+            order = (conversation.turns.aggregate(last=Max("order"))["last"] or 0) + 1
+            conversation.save(update_fields=["updated_at"])
+        Turn.objects.create(
+            conversation=conversation,
+            order=order,
+            question=run.answer.question,
+            query=_standalone_query(run, run.answer.question),
+            answer=run.answer.text,
+            citations=[
+                {
+                    "n": c.n,
+                    "document_id": c.passage.document.pk,
+                    "title": c.passage.document.title,
+                    "version": c.passage.version.number,
+                    "chunk": c.passage.anchor.ordinal,
+                }
+                for c in run.answer.citations
+            ],
+            pipeline=run.pipeline,
+            trace_id=run.trace_id,
+        )
+    run.conversation_id, run.turn = conversation.pk, order
+    return run
+
+
+def conversation_delete(*, tenant, user, conversation_id: int) -> None:
+    """Delete ``user``'s conversation ``conversation_id`` and its turns (their traces stay until
+    pruned). ``NotFound`` if it is not the user's in this tenant."""
+    conversation_get(tenant=tenant, user=user, conversation_id=conversation_id).delete()
