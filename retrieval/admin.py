@@ -13,7 +13,7 @@ from django.contrib import admin
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.db.models import Exists, OuterRef, Q
 from django.template.response import TemplateResponse
-from django.urls import path
+from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.text import Truncator
 
@@ -189,12 +189,8 @@ class FeedbackAdmin(TenantScopedAdmin):
 
     @admin.display(description="trace")
     def trace_link(self, obj: Feedback):
-        return format_html(
-            '<a href="../../trace/{}/change/">#{} {}</a>',
-            obj.trace_id,
-            obj.trace_id,
-            Truncator(obj.trace.question).chars(60),
-        )
+        url = reverse("admin:retrieval_trace_change", args=[obj.trace_id])
+        return format_html('<a href="{}">#{} {}</a>', url, obj.trace_id, Truncator(obj.trace.question).chars(60))
 
     def has_add_permission(self, request):
         return False

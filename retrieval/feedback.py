@@ -72,18 +72,12 @@ def feedback_give(
         values["source"] = Source.objects.for_tenant(tenant).filter(pk=cited.get("source_id")).first()
     if not membership_for_user(user).can_participate:
         raise PermissionDenied("Viewers cannot give feedback; ask a tenant admin for the member role.")
-    owner = user
-    for attempt in range(2):  # two first feedbacks at once: the loser updates the winner's row
-        try:
-            with transaction.atomic():
-                feedback, _ = Feedback.objects.update_or_create(
-                    tenant=tenant, trace=trace, user=owner, citation=citation, defaults=values
-                )
-            return feedback
-        except IntegrityError:
-            if attempt:
-                raise
-    raise AssertionError("unreachable")
+    lookup = {"tenant": tenant, "trace": trace, "user": user, "citation": citation}
+    try:
+        with transaction.atomic():
+            return Feedback.objects.update_or_create(**lookup, defaults=values)[0]
+    except IntegrityError:  # a first feedback given twice at once: the loser updates the winner's row
+        return Feedback.objects.update_or_create(**lookup, defaults=values)[0]
 
 
 @dataclass(frozen=True)
