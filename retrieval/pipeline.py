@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from datetime import date
 from dataclasses import asdict, dataclass, field, fields, replace
 
 from django.conf import settings
@@ -97,6 +98,17 @@ class PipelineSpec:
     walk_max_rounds: int = 3
     # Adaptive: escalate below this confidence (retrieval.stages.confidence, calibrated on the dev sets).
     adaptive_threshold: float = 0.8
+    # ---- near-duplicates (issue 8 §1) ----
+
+    # ---- recency and quality (issue 8 §3) ----
+
+    # ---- diversity (issue 8 §4) ----
+
+    # ---- volume: themes (issue 8 §5) ----
+
+    # ---- personalization (issue 9 §2) ----
+
+    # ----
     search: SearchConfig = field(default_factory=SearchConfig)
 
     def as_config(self) -> dict:
@@ -120,6 +132,17 @@ _OPTION_RULES = {
     "superrag_threshold": (0.0, 1.0),
     "walk_max_rounds": (1, 10),
     "adaptive_threshold": (0.0, 1.0),
+    # ---- near-duplicates (issue 8 §1) ----
+
+    # ---- recency and quality (issue 8 §3) ----
+
+    # ---- diversity (issue 8 §4) ----
+
+    # ---- volume: themes (issue 8 §5) ----
+
+    # ---- personalization (issue 9 §2) ----
+
+    # ----
 }
 SETTING_KEYS = ("pipeline", *_OPTION_RULES, *(f.name for f in fields(SearchConfig)))
 
@@ -250,6 +273,24 @@ def _question_check(question: str, *, label: str = "question") -> str:
     return question
 
 
+# Per-request switches: name -> default. ``personalize`` (issue 9 §2) turns the personal rerank
+# stage and the prompt's user layer on or off; ``collapse`` (issue 8 §1) collapses near-duplicate
+# clusters (None: the tenant's setting).
+REQUEST_OPTIONS = {"personalize": True, "collapse": None}
+
+
+def _options(options: dict | None) -> dict:
+    unknown = sorted(set(options or {}) - set(REQUEST_OPTIONS))
+    if unknown:
+        raise InvalidInput(f"Unknown request option(s): {', '.join(unknown)}.")
+    return {**REQUEST_OPTIONS, **(options or {})}
+
+
+def retrieval_filter(*, tenant, user=None, source_ids=None, as_of: date | None = None) -> RetrievalFilter:
+    """The shared retrieval filter for ``user`` asking in ``tenant`` (sources, as-of date, access rules)."""
+    return RetrievalFilter.for_tenant(tenant, source_ids=source_ids, as_of=as_of)
+
+
 def _llm_for(llm, use_llm: bool):
     if not use_llm:
         return None
@@ -274,12 +315,17 @@ def pipeline_retrieve(
     llm=CONFIGURED,
     use_llm: bool = True,
     history: list[str] | None = None,
+    user=None,
+    as_of: date | None = None,
+    options: dict | None = None,
 ) -> RetrievalRun:
     """Run a pipeline's rewrite, retrieve and fuse stages; the top ``k`` chunks, best first.
 
     ``mode`` overrides the pipeline's retrieval mode; ``source_ids`` keeps only those sources;
     ``llm`` is an ``LLMClient`` (default: the configured one; ``None`` or ``use_llm=False``: no
-    LLM). ``InvalidInput`` for an empty or over-long query, ``k`` outside 1-200, an unknown mode
+    LLM). ``user`` is who asks (access rules, personalization); ``as_of`` retrieves the versions
+    current on that date; ``options`` are per-request switches (``REQUEST_OPTIONS``).
+    ``InvalidInput`` for an empty or over-long query, ``k`` outside 1-200, an unknown mode
     or pipeline. LLM failures degrade (see the module docstring), never raise.
     """
     query = _question_check(query, label="query")
@@ -289,8 +335,10 @@ def pipeline_retrieve(
     mode = mode or spec.mode
     if mode not in MODES:
         raise InvalidInput(f"Unknown mode {mode!r}; use one of {', '.join(MODES)}.")
-    where = RetrievalFilter.for_tenant(tenant, source_ids=source_ids)
-    run = RunContext(tenant=tenant, spec=spec, where=where, llm=_llm_for(llm, use_llm))
+    where = retrieval_filter(tenant=tenant, user=user, source_ids=source_ids, as_of=as_of)
+    run = RunContext(
+        tenant=tenant, spec=spec, where=where, llm=_llm_for(llm, use_llm), user=user, options=_options(options)
+    )
     started = time.perf_counter()
     plan, results = ranking_for(spec.kind)(run, query, k=k, mode=mode, history=history)
     total_ms = (time.perf_counter() - started) * 1000
@@ -314,6 +362,8 @@ def pipeline_answer(
     history: list[str] | None = None,
     trace: bool | None = None,
     on_event: Callable[[str, dict], None] | None = None,
+    as_of: date | None = None,
+    options: dict | None = None,
 ) -> AnswerRun:
     """Answer ``question`` from the tenant's documents with numbered citations, through a pipeline.
 
@@ -324,7 +374,8 @@ def pipeline_answer(
     ``KB_TRACING``); ``user`` is recorded on it. ``on_event(event, data)``, when given, is called
     as the run goes: ``"step"`` after each stage (``{"stage", "ms", "summary", "error"?}``) and
     ``"token"`` for each piece of a streamed LLM answer (``{"text"}``); the LLM answer is then
-    streamed. ``InvalidInput`` for bad arguments.
+    streamed. ``as_of`` and ``options`` as in ``pipeline_retrieve``. ``InvalidInput`` for bad
+    arguments.
     """
     question = _question_check(question)
     if not 1 <= k <= 20:
@@ -336,8 +387,16 @@ def pipeline_answer(
             strategy=_option("strategy", strategy) if strategy is not None else spec.strategy,
             window_size=_option("window_size", window_size) if window_size is not None else spec.window_size,
         )
-    where = RetrievalFilter.for_tenant(tenant, source_ids=source_ids)
-    run = RunContext(tenant=tenant, spec=spec, where=where, llm=_llm_for(llm, use_llm), emit=on_event)
+    where = retrieval_filter(tenant=tenant, user=user, source_ids=source_ids, as_of=as_of)
+    run = RunContext(
+        tenant=tenant,
+        spec=spec,
+        where=where,
+        llm=_llm_for(llm, use_llm),
+        emit=on_event,
+        user=user,
+        options=_options(options),
+    )
     started = time.perf_counter()
     flow = flow_for(spec.kind)(run, question, k=k, reverse_pack=reverse_pack, history=history)
     plan, results, answer = flow.plan, flow.results, flow.answer

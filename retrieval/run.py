@@ -16,6 +16,7 @@ from retrieval.stages import pack
 from retrieval.stages.fuse import candidates_fuse, results_fetch
 from retrieval.stages.generate.cited import NOT_FOUND, answer_generate, answer_stream
 from retrieval.stages.generate.extractive import DEGRADED_LABEL, answer_extract
+from retrieval.stages.rerank import rerank_depth, rerank_stages
 from retrieval.stages.retrieve.candidates import candidates_retrieve
 from retrieval.stages.retrieve.filters import RetrievalFilter
 from retrieval.stages.rewrite.condense import query_condense
@@ -35,8 +36,21 @@ class RunContext:
     stage streams, of answer text (``"token"``), so a caller can stream the run as it happens.
     """
 
-    def __init__(self, *, tenant, spec, where: RetrievalFilter, llm, emit: Callable[[str, dict], None] | None = None):
+    def __init__(
+        self,
+        *,
+        tenant,
+        spec,
+        where: RetrievalFilter,
+        llm,
+        emit: Callable[[str, dict], None] | None = None,
+        user=None,
+        options: dict | None = None,
+    ):
         self.tenant = tenant
+        self.user = user if getattr(user, "is_authenticated", False) else None
+        # Per-request switches (``RequestOptions`` keys: personalize, collapse, ...).
+        self.options = dict(options or {})
         self.emit = emit
         self.spec = spec
         self.where = where
@@ -134,6 +148,7 @@ def candidates_stages(
     """
     spec = run.spec
     limit = max(spec.search.candidates, k)
+    depth = rerank_depth(run, k=k)
     with run.step("retrieve") as step:
         candidates, timings = candidates_retrieve(
             plan,
@@ -164,13 +179,13 @@ def candidates_stages(
         ranking = candidates_fuse(candidates, spec.search)
         run.timings["fusion_ms"] = (time.perf_counter() - started) * 1000
         started = time.perf_counter()
-        results = results_fetch(tenant=run.tenant, ranking=ranking, candidates=candidates, k=k)
+        results = results_fetch(tenant=run.tenant, ranking=ranking, candidates=candidates, k=depth)
         run.timings["fetch_ms"] = (time.perf_counter() - started) * 1000
         step.summary = {
             "fusion": spec.search.fusion if len(candidates.lists) > 1 else "none",
             "kept": [[r.chunk.pk, round(r.score, 5)] for r in results[:20]],
         }
-    return results
+    return rerank_stages(run, results, k=k)
 
 
 def retrieval_stages(

@@ -10,6 +10,8 @@ very same rule inside their SQL, before ranking.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import date
+from typing import Any
 
 from psycopg import sql
 
@@ -20,10 +22,16 @@ class RetrievalFilter:
 
     tenant_id: int
     source_ids: tuple[int, ...] = field(default=())
+    # Versions (issue 8): None = current versions only; a date = the versions current that day.
+    as_of: date | None = None
+    # Access rules (issue 9): who is asking (see ``_access_parts``); None = no user-level rules.
+    access: Any = None
 
     @classmethod
-    def for_tenant(cls, tenant, *, source_ids=None) -> RetrievalFilter:
-        return cls(tenant_id=tenant.pk, source_ids=tuple(sorted(set(source_ids or ()))))
+    def for_tenant(cls, tenant, *, source_ids=None, as_of: date | None = None, access=None) -> RetrievalFilter:
+        return cls(
+            tenant_id=tenant.pk, source_ids=tuple(sorted(set(source_ids or ()))), as_of=as_of, access=access
+        )
 
     @property
     def narrows_tenant(self) -> bool:
@@ -41,6 +49,8 @@ class RetrievalFilter:
         """``<alias>.tenant_id = … AND …``: the condition a row of ``knowledge_chunk AS alias`` must meet."""
         chunk = sql.Identifier(alias)
         parts = [sql.SQL("{}.tenant_id = %(filter_tenant)s").format(chunk)]
+        parts.extend(self._version_parts(chunk))
+        parts.extend(self._access_parts(chunk))
         if self.source_ids:
             parts.append(
                 sql.SQL(
@@ -50,6 +60,20 @@ class RetrievalFilter:
                 ).format(chunk)
             )
         return sql.SQL(" AND ").join(parts)
+
+    # ---- versions (issue 8 §2) ------------------------------------------------------------
+
+    def _version_parts(self, chunk: sql.Identifier) -> list[sql.Composable]:
+        """Conditions that keep current versions (or those current on ``as_of``)."""
+        return []
+
+    # ---- access rules (issue 9 §1) ---------------------------------------------------------
+
+    def _access_parts(self, chunk: sql.Identifier) -> list[sql.Composable]:
+        """Conditions that keep the chunks ``access`` may see."""
+        return []
+
+    # -----------------------------------------------------------------------------------------
 
     def summary(self) -> dict:
         """A compact description for traces."""
