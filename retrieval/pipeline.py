@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import date
 from dataclasses import asdict, dataclass, field, fields, replace
+from datetime import date
 
 from django.conf import settings
 
@@ -105,6 +105,13 @@ class PipelineSpec:
     # ---- diversity (issue 8 §4) ----
 
     # ---- volume: themes (issue 8 §5) ----
+    # themes "on": of the best ``themes_pool`` candidates, those scoring at least
+    # ``themes_threshold`` x the best are grouped into themes (cosine ``themes_distance``), and the
+    # best chunk of each theme is packed first (``retrieval.stages.themes``; standard flow).
+    themes: str = "off"
+    themes_pool: int = 30
+    themes_threshold: float = 0.6
+    themes_distance: float = 0.5
 
     # ---- personalization (issue 9 §2) ----
 
@@ -133,15 +140,14 @@ _OPTION_RULES = {
     "walk_max_rounds": (1, 10),
     "adaptive_threshold": (0.0, 1.0),
     # ---- near-duplicates (issue 8 §1) ----
-
     # ---- recency and quality (issue 8 §3) ----
-
     # ---- diversity (issue 8 §4) ----
-
     # ---- volume: themes (issue 8 §5) ----
-
+    "themes": ("off", "on"),
+    "themes_pool": (5, 100),
+    "themes_threshold": (0.0, 1.0),
+    "themes_distance": (0.05, 2.0),
     # ---- personalization (issue 9 §2) ----
-
     # ----
 }
 SETTING_KEYS = ("pipeline", *_OPTION_RULES, *(f.name for f in fields(SearchConfig)))

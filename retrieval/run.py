@@ -23,6 +23,7 @@ from retrieval.stages.rewrite.condense import query_condense
 from retrieval.stages.rewrite.expand import query_expand_llm, query_expand_rm3
 from retrieval.stages.rewrite.hyde import query_hyde
 from retrieval.stages.rewrite.rephrase import query_rephrase
+from retrieval.stages.themes import results_by_theme
 from retrieval.types import Answer, Passage, QueryPlan, SearchResult, Step, Usage
 
 logger = logging.getLogger(__name__)
@@ -242,6 +243,21 @@ def pack_stage(run: RunContext, results: list[SearchResult], *, k: int, reverse_
             "passages": [{"chunk_id": p.anchor.pk, "chunks": p.chunks} for p in passages],
         }
     return passages
+
+
+def themes_stage(run: RunContext, results: list[SearchResult], *, k: int) -> list[SearchResult]:
+    """The themes step (``retrieval.stages.themes``): ``results`` reordered so the first ``k``
+    hold the best chunk of each theme of a broad question; unchanged when few candidates pass."""
+    spec = run.spec
+    with run.step("themes") as step:
+        results, step.summary = results_by_theme(
+            results[: spec.themes_pool],
+            tenant_id=run.tenant.pk,
+            k=k,
+            threshold=spec.themes_threshold,
+            distance=spec.themes_distance,
+        )
+    return results
 
 
 def generate_stage(run: RunContext, question: str, passages: list[Passage], *, reverse_pack: bool) -> Answer:
