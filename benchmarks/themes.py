@@ -40,7 +40,7 @@ def main() -> None:
         tenant, _list, _report = tenant_for(dataset, name=name)
         rows = []
         for judged in dataset.judgments:
-            run = pipeline_retrieve(tenant=tenant, query=judged.query, pipeline="simple", k=args.pool, use_llm=False)
+            run = pipeline_retrieve(tenant=tenant, query=judged.question, pipeline="simple", k=args.pool, use_llm=False)
             relevant = {entry["document"] for entry in judged.relevant}
             rows.append((run.results, relevant))
 
