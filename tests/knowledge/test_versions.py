@@ -157,3 +157,21 @@ def test_a_bad_as_of_date_is_refused_with_a_clear_message(value):
 def test_as_of_accepts_an_iso_date_and_empty_means_current():
     assert as_of_parse("2024-06-01") == date(2024, 6, 1)
     assert as_of_parse("") is None and as_of_parse(None) is None
+
+
+def test_an_admin_lowering_versions_kept_drops_old_chunks_at_once(client, tenant, source, admin_member):
+    from django.contrib.auth.models import Permission
+    from django.urls import reverse
+
+    admin_member.user_permissions.set(Permission.objects.filter(content_type__app_label="knowledge"))
+    client.force_login(admin_member)
+    ingest(tenant, source, DB_OLD)
+    ingest(tenant, source, DB_NEW)
+    form = {"tenant": tenant.pk, "name": source.name, "kind": source.kind, "reliability": "1.0"}
+
+    response = client.post(reverse("admin:knowledge_source_change", args=[source.pk]), {**form, "versions_kept": "0"})
+
+    assert response.status_code == 302
+    source.refresh_from_db()
+    assert source.versions_kept == 0
+    assert list(Chunk.objects.for_tenant(tenant).values_list("is_current", flat=True)) == [True]
