@@ -133,7 +133,12 @@ def test_the_real_local_llm_answers_as_of_a_date_from_the_older_version(versione
 
     llm = LLMClient(MODEL_ALIAS, base_url=local_llm_url, api_key="local", timeout_s=600)
     run = pipeline_answer(
-        tenant=versioned, question="Which PostgreSQL versions does Django support?", llm=llm, k=1, as_of=BETWEEN
+        tenant=versioned,
+        question="Which PostgreSQL versions does Django support?",
+        llm=llm,
+        k=1,
+        strategy="top_n",
+        as_of=BETWEEN,
     )
 
     assert run.answer.mode == "llm", run.degraded_reason
