@@ -94,7 +94,16 @@ class MembershipAdmin(TenantScopedAdmin):
 
 @admin.register(Source)
 class SourceAdmin(TenantScopedAdmin):
-    list_display = ["name", "tenant", "kind", "reliability", "half_life_days", "document_count", "created_at"]
+    list_display = [
+        "name",
+        "tenant",
+        "kind",
+        "reliability",
+        "half_life_days",
+        "versions_kept",
+        "document_count",
+        "created_at",
+    ]
     list_filter = ["tenant", "kind"]
     list_select_related = ["tenant"]
     search_fields = ["name", "tenant__slug"]
@@ -102,6 +111,13 @@ class SourceAdmin(TenantScopedAdmin):
 
     def get_queryset(self, request):
         return super().get_queryset(request).annotate(document_count=Count("documents"))
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        if change and "versions_kept" in form.changed_data:  # apply the new retention now (issue 8 §2)
+            from knowledge.services.versions import versions_prune
+
+            versions_prune(source=obj)
 
     @admin.display(description="documents", ordering="document_count")
     def document_count(self, obj):

@@ -88,6 +88,13 @@ class Source(models.Model):
     kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.FILES)
     reliability = models.FloatField(default=1.0)
     half_life_days = models.FloatField(null=True, blank=True, help_text="Recency half-life; empty = no decay.")
+    # Versions (issue 8 §2): how many non-current versions per document keep their chunks.
+    versions_kept = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="How many old versions per document keep their chunks (searchable with as_of); "
+        "empty = all, 0 = none. Applied after each ingestion into the source.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = TenantScopedQuerySet.as_manager()
@@ -192,12 +199,14 @@ def _english_tsvector():
 
 
 class Chunk(models.Model):
-    """A retrievable span of a current version, with its embedding and BM25 term frequencies.
+    """A retrievable span of a version, with its embedding and BM25 term frequencies.
 
     ``embedding`` has no fixed dimension so a tenant can switch embedding models; ``embedder``
     records which model produced it, and each model gets its own partial HNSW index over
     ``embedding::vector(<dimensions>)`` (see ``knowledge.vector_index``).
-    Chunks exist only for current versions: a new version replaces them in one transaction.
+    ``is_current`` copies the version's ``is_current`` (denormalized so default retrieval filters
+    on the chunk row itself, through partial indexes): a new version's chunks become current and
+    the old version's chunks stay, not current, in the same transaction (``docs/versions.md``).
     """
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="chunks")
@@ -224,6 +233,7 @@ class Chunk(models.Model):
         db_persist=True,
     )
     metadata = models.JSONField(default=dict, blank=True)
+    is_current = models.BooleanField(default=True, db_default=True)
 
     objects = TenantScopedQuerySet.as_manager()
 
@@ -238,6 +248,10 @@ class Chunk(models.Model):
         indexes = [
             # Tenant scoping of lexical candidates and per-tenant statistics.
             models.Index(fields=["tenant", "embedder"], name="chunk_tenant_embedder_idx"),
+            # Default (current-only) exact dense scans of a tenant: old versions' chunks are skipped.
+            models.Index(
+                fields=["tenant", "embedder"], condition=Q(is_current=True), name="chunk_current_tenant_emb_idx"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -296,7 +310,7 @@ class IngestionJob(models.Model):
 
 
 class TermStatistic(models.Model):
-    """Document frequency of a lexeme among a tenant's chunks (BM25's IDF input).
+    """Document frequency of a lexeme among a tenant's current chunks (BM25's IDF input).
 
     Maintained by statement-level triggers on ``knowledge_chunk`` (migration 0003_bm25_postings),
     so it stays exact whatever path inserts or deletes chunks. Not edited by application code.
@@ -333,6 +347,9 @@ class Posting(models.Model):
     chunk = models.ForeignKey("Chunk", on_delete=models.DO_NOTHING, db_constraint=False, related_name="+")
     tf = models.IntegerField()
     chunk_length = models.IntegerField()
+    # Copies Chunk.is_current (the triggers keep it), so default BM25 skips old versions'
+    # postings without reading chunks.
+    is_current = models.BooleanField(default=True, db_default=True)
 
     objects = TenantScopedQuerySet.as_manager()
 
@@ -341,7 +358,7 @@ class Posting(models.Model):
 
 
 class CorpusStatistic(models.Model):
-    """A tenant's chunk count and total chunk length in lexemes (BM25's N and average length).
+    """A tenant's current chunk count and total length in lexemes (BM25's N and average length).
 
     Maintained by the same triggers as ``TermStatistic``.
     """

@@ -29,6 +29,7 @@ from knowledge.selectors import (
     source_overview,
     tenant_for_user,
 )
+from knowledge.versions import version_diff
 from people.models import Profile
 from people.services import profile_get, profile_update
 from retrieval.conversations import conversation_ask
@@ -53,6 +54,13 @@ class AskForm(forms.Form):
         help_text="How to search: the tenant's default, or a named pipeline.",
     )
     conversation = forms.IntegerField(min_value=1, max_value=2**63 - 1, required=False, widget=forms.HiddenInput)
+    as_of = forms.DateField(
+        required=False,
+        input_formats=["%Y-%m-%d"],
+        widget=forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d"),
+        label="As of",
+        help_text="Answer from the document versions current on that day (empty: current versions).",
+    )
 
 
 class FeedbackForm(forms.Form):
@@ -132,6 +140,7 @@ def ask(request, tenant):
                 question=form.cleaned_data["question"],
                 pipeline=form.cleaned_data["pipeline"] or None,
                 conversation_id=form.cleaned_data["conversation"],
+                as_of=form.cleaned_data["as_of"],
             ).as_dict()
         except NotFound:
             form.add_error(None, "That conversation is not yours or no longer exists; start a new one.")
@@ -145,7 +154,7 @@ def ask(request, tenant):
                     can_participate=membership_for_user(request.user).can_participate,
                 )
             )
-            form = AskForm(initial={"conversation": answer.get("conversation_id")})
+            form = AskForm(initial={"conversation": answer.get("conversation_id"), "as_of": form.cleaned_data["as_of"]})
             context["form"] = form
     elif request.method == "GET" and form.initial.get("conversation"):
         try:
@@ -229,6 +238,7 @@ def ask_stream(request, tenant):
         question=form.cleaned_data["question"],
         pipeline=form.cleaned_data["pipeline"] or None,
         conversation_id=form.cleaned_data["conversation"],
+        as_of=form.cleaned_data["as_of"],
     )
     return StreamingHttpResponse(events, content_type=CONTENT_TYPE, headers=HEADERS)
 
@@ -321,10 +331,17 @@ def document_detail(request, tenant, document_id: int):
     if version is None:
         raise Http404("No such version.")
     chunks = chunk_list_for_version(tenant=tenant, version_id=version.pk)
+    diff = None
+    if request.GET.get("diff"):  # a word diff between this version and version ?diff=<number>
+        other = _chosen_version(versions, request.GET["diff"])
+        if other is None or other.pk == version.pk:
+            raise Http404("No such version to compare with.")
+        old, new = sorted((other.number, version.number))
+        diff = version_diff(tenant=tenant, document_id=document.pk, old=old, new=new)
     return render(
         request,
         "portal/document.html",
-        {"document": document, "versions": versions, "version": version, "chunks": list(chunks)},
+        {"document": document, "versions": versions, "version": version, "chunks": list(chunks), "diff": diff},
     )
 
 

@@ -29,6 +29,8 @@ class ChunkReferenceSerializer(serializers.Serializer):
     title = serializers.CharField()
     uri = serializers.CharField()
     version = serializers.IntegerField()
+    version_date = serializers.CharField(allow_null=True, help_text="The version's date: published, else ingested.")
+    version_current = serializers.BooleanField(help_text="False for an older version (as_of).")
     chunk = serializers.IntegerField()
     chunk_id = serializers.IntegerField()
     score = serializers.FloatField()
@@ -44,6 +46,12 @@ class SearchApi(APIView):
         k = serializers.IntegerField(min_value=1, max_value=50, default=10)
         mode = serializers.ChoiceField(choices=MODES, default="hybrid")
         sources = serializers.ListField(child=serializers.CharField(max_length=200), required=False, default=list)
+        as_of = serializers.DateField(
+            required=False,
+            allow_null=True,
+            input_formats=["%Y-%m-%d"],
+            help_text="YYYY-MM-DD: use the document versions current on that day (default: current versions).",
+        )
 
     @extend_schema_serializer(component_name="SearchOutput")
     class OutputSerializer(serializers.Serializer):
@@ -72,6 +80,7 @@ class SearchApi(APIView):
             k=data["k"],
             mode=data["mode"],
             source_ids=source_ids_for_names(tenant=tenant, names=data["sources"]),
+            as_of=data.get("as_of"),
         )
         output = {
             "results": [r.as_dict() for r in response.results],
@@ -100,6 +109,12 @@ class AskApi(APIView):
             max_value=2**63 - 1,
             required=False,
             help_text="Continue this conversation (its id from an earlier answer); without it a new one starts.",
+        )
+        as_of = serializers.DateField(
+            required=False,
+            allow_null=True,
+            input_formats=["%Y-%m-%d"],
+            help_text="YYYY-MM-DD: use the document versions current on that day (default: current versions).",
         )
 
     @extend_schema_serializer(component_name="AskOutput")
@@ -170,4 +185,5 @@ class AskApi(APIView):
             "reverse_pack": data["reverse_pack"],
             "use_llm": not data["extractive"],
             "source_ids": source_ids_for_names(tenant=tenant, names=data["sources"]),
+            "as_of": data.get("as_of"),
         }

@@ -70,6 +70,7 @@ def conversation_ask(*, tenant, user, question: str, conversation_id: int | None
                     "document_id": c.passage.document.pk,
                     "title": c.passage.document.title,
                     "version": c.passage.version.number,
+                    "version_date": c.as_dict()["version_date"],
                     "chunk": c.passage.anchor.ordinal,
                 }
                 for c in run.answer.citations

@@ -112,6 +112,7 @@ class SearchResult:
             "uri": document.uri,
             "source": document.source.name,
             "version": version.number,
+            **_version_fields(version),
             "chunk": self.chunk.ordinal,
             "chunk_id": self.chunk.pk,
             "heading": self.chunk.heading,
@@ -121,6 +122,12 @@ class SearchResult:
         if with_text:
             data["text"] = self.chunk.text
         return data
+
+
+def _version_fields(version) -> dict:
+    """A result's or citation's version date (ISO; ``published_at``, else ingestion) and currency."""
+    moment = version.published_at or version.ingested_at
+    return {"version_date": moment.date().isoformat() if moment else None, "version_current": version.is_current}
 
 
 @dataclass
@@ -161,6 +168,7 @@ class Citation:
             "title": document.title,
             "uri": document.uri,
             "version": self.passage.version.number,
+            **_version_fields(self.passage.version),
             "chunk": chunk.ordinal,
             "chunk_id": chunk.pk,
             "score": round(self.passage.score, 6),

@@ -6,10 +6,13 @@ Ingestion is idempotent and versioned:
   hash is left alone ("unchanged");
 * content equal to another document's current version in the tenant is stored as a version
   with ``duplicate_of`` set and gets no chunks or embeddings ("duplicate");
-* otherwise a new version is stored and its chunks replace the old version's chunks, so search
-  sees either the old or the new chunks, never a mix;
-* when a version that other documents duplicate is replaced, its chunks move to the first of
-  those duplicates (which becomes an ordinary version) and the others are re-pointed at it, so
+* otherwise a new version is stored with its chunks, and the old version's chunks stay, marked
+  not current (``Chunk.is_current``), in the same transaction: default search sees either the
+  old or the new chunks, never a mix, and ``as_of`` search still finds the old ones
+  (``docs/versions.md``); the source's ``versions_kept`` then drops the chunks of versions
+  beyond the newest old ones it keeps (``knowledge.services.versions``);
+* when a version that other documents duplicate is replaced, its chunks are copied to the first
+  of those duplicates (which becomes an ordinary version) and the others are re-pointed at it, so
   the duplicated content stays searchable without a moment's gap.
 
 Embedding (slow) happens before any transaction opens; then every document of the call is stored
@@ -28,8 +31,6 @@ from pathlib import Path
 import numpy as np
 from django.conf import settings
 from django.db import DataError, IntegrityError, connection, transaction
-from django.db.models import Case, F, Value, When
-from django.db.models.functions import Concat, Left, Substr
 
 from core.errors import InvalidInput
 from knowledge.embedders import Embedder, get_embedder
@@ -193,6 +194,11 @@ def documents_ingest(
             report.outcomes.append(outcome)
     position = {external_id: i for i, external_id in enumerate(ids)}
     report.outcomes.sort(key=lambda o: position[o.external_id])
+    updated = [o.document_id for o in report.outcomes if o.status in ("updated", "duplicate")]
+    if updated and source.versions_kept is not None:
+        from knowledge.services.versions import versions_prune
+
+        versions_prune(source=source, document_ids=updated)
     if report.counts()["chunks"] >= ANALYZE_AFTER_CHUNKS:
         # Fresh planner statistics, so the first searches after a bulk load get good plans.
         with connection.cursor() as cursor:
@@ -302,6 +308,7 @@ def _chunks_create(version: DocumentVersion, spans: list[Span], vectors: np.ndar
                 char_end=span.end,
                 embedder=embedder_key,
                 embedding=vectors[i],
+                is_current=version.is_current,
             )
             for i, span in enumerate(spans)
         ),
@@ -359,6 +366,7 @@ def _store(
             _chunks_pass_on(current, previous_title)
             current.is_current = False
             current.save(update_fields=["is_current"])
+            current.chunks.update(is_current=False)  # kept for as_of search (docs/versions.md)
         version = DocumentVersion.objects.create(
             document=document,
             number=number,
@@ -379,13 +387,13 @@ def _store(
 
 
 def _chunks_pass_on(version: DocumentVersion, title: str) -> None:
-    """Before ``version`` stops being current: give its chunks to the documents that duplicate it.
+    """Before ``version`` stops being current: give a copy of its chunks to the documents that duplicate it.
 
-    Its chunks (text, offsets, embeddings) are exactly their content's, so they move to the first
-    duplicate, their heading's title becoming that document's title (the embeddings keep the old
-    title, which passage-sized chunks were embedded with); the other duplicates are re-pointed at
-    that one. Without duplicates the chunks are deleted. Call inside the transaction that
-    replaces ``version``.
+    Its chunks (text, offsets, embeddings) are exactly their content's, so they are copied to the
+    first duplicate, their heading's title becoming that document's title (the embeddings keep
+    the old title, which passage-sized chunks were embedded with); the other duplicates are
+    re-pointed at that one. ``version`` keeps its own chunks (they become not current with it,
+    for ``as_of`` search). Call inside the transaction that replaces ``version``.
     """
     heirs = list(
         DocumentVersion.objects.select_for_update(of=("self",))
@@ -394,21 +402,21 @@ def _chunks_pass_on(version: DocumentVersion, title: str) -> None:
         .order_by("pk")
     )
     if not heirs:
-        version.chunks.all().delete()
         return
     heir, others = heirs[0], heirs[1:]
     new_title = heir.document.title
-    version.chunks.update(
-        version=heir,
-        heading=Case(
-            When(heading=title, then=Value(new_title)),
-            When(
-                heading__startswith=f"{title} › ",
-                then=Left(Concat(Value(new_title), Substr("heading", len(title) + 1)), 500),
-            ),
-            default=F("heading"),
-        ),
-    )
+    copies = []
+    for chunk in version.chunks.order_by("ordinal"):
+        chunk.pk = None
+        chunk._state.adding = True
+        chunk.version = heir
+        chunk.is_current = True
+        if chunk.heading == title:
+            chunk.heading = new_title
+        elif chunk.heading.startswith(f"{title} › "):
+            chunk.heading = (new_title + chunk.heading[len(title) :])[:500]
+        copies.append(chunk)
+    Chunk.objects.bulk_create(copies, batch_size=500)
     heir.duplicate_of = None
     heir.save(update_fields=["duplicate_of"])
     DocumentVersion.objects.filter(pk__in=[other.pk for other in others]).update(duplicate_of=heir)

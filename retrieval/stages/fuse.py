@@ -36,7 +36,7 @@ def candidates_fuse(candidates: CandidateLists, config: SearchConfig) -> Ranking
 # k reaches a few dozen): the cost follows k, not the size of the tables.
 _WANTED = {
     Chunk: {"id", "tenant_id", "version_id", "ordinal", "heading", "text", "token_count", "char_start", "char_end"},
-    DocumentVersion: {"id", "document_id", "number", "published_at", "is_current"},
+    DocumentVersion: {"id", "document_id", "number", "published_at", "ingested_at", "is_current"},
     Document: {"id", "tenant_id", "source_id", "external_id", "uri", "title"},
     Source: {"id", "tenant_id", "name", "kind", "reliability", "half_life_days"},
 }

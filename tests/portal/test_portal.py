@@ -145,6 +145,8 @@ def test_the_answer_text_is_escaped_before_citations_are_linked(client, tenant, 
 
 
 def test_an_older_version_without_chunks_shows_its_text_as_one_block(client, tenant, source, member):
+    source.versions_kept = 0  # retention drops old versions' chunks (docs/versions.md)
+    source.save(update_fields=["versions_kept"])
     first = ReadDocument(external_id="doc", title="Doc", text="Doc\n\nThe first wording of this document text.")
     second = ReadDocument(external_id="doc", title="Doc", text="Doc\n\nThe second wording of this document text.")
     documents_ingest(tenant=tenant, source=source, documents=[first])

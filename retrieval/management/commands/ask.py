@@ -1,6 +1,7 @@
 import json
 
 from core.commands import TenantCommand
+from knowledge.versions import as_of_parse
 from retrieval.pipeline import PIPELINE_NAMES, pipeline_answer
 
 
@@ -16,6 +17,7 @@ class Command(TenantCommand):
         parser.add_argument("--window", type=int, help="neighbours on each side (window strategy; default 1)")
         parser.add_argument("--no-reverse-pack", action="store_true")
         parser.add_argument("--extractive", action="store_true", help="do not call the LLM even if configured")
+        parser.add_argument("--as-of", help="YYYY-MM-DD: answer from the versions current on that day")
         parser.add_argument("--json", action="store_true")
 
     def handle(self, *args, **o):
@@ -28,6 +30,7 @@ class Command(TenantCommand):
             window_size=o["window"],
             reverse_pack=not o["no_reverse_pack"],
             use_llm=not o["extractive"],
+            as_of=as_of_parse(o["as_of"]),
         )
         if o["json"]:
             payload = run.as_dict()
@@ -38,7 +41,9 @@ class Command(TenantCommand):
         self.stdout.write(run.answer.text + "\n")
         for c in run.answer.citations:
             d = c.as_dict()
-            self.stdout.write(f"[{d['n']}] {d['title']} (v{d['version']}, chunk {d['chunk']}) {d['uri']}")
+            self.stdout.write(
+                f"[{d['n']}] {d['title']} (v{d['version']} of {d['version_date']}, chunk {d['chunk']}) {d['uri']}"
+            )
         if run.degraded:
             self.stderr.write(f"Degraded: {run.degraded_reason}")
         steps = ", ".join(f"{s.stage} {s.ms:.0f} ms" for s in run.steps)

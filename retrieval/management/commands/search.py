@@ -2,6 +2,7 @@ import json
 
 from core.commands import TenantCommand
 from knowledge.selectors import source_ids_for_names
+from knowledge.versions import as_of_parse
 from retrieval.search import MODES, chunk_search
 
 
@@ -14,18 +15,26 @@ class Command(TenantCommand):
         parser.add_argument("-k", type=int, default=10)
         parser.add_argument("--mode", choices=MODES, default="hybrid")
         parser.add_argument("--source", action="append", default=[], help="only these sources (repeatable)")
+        parser.add_argument("--as-of", help="YYYY-MM-DD: search the versions current on that day")
         parser.add_argument("--json", action="store_true")
 
     def handle(self, *args, **o):
         tenant = self.tenant(o["tenant"])
         source_ids = source_ids_for_names(tenant=tenant, names=o["source"])
-        response = chunk_search(tenant=tenant, query=o["query"], k=o["k"], mode=o["mode"], source_ids=source_ids)
+        response = chunk_search(
+            tenant=tenant,
+            query=o["query"],
+            k=o["k"],
+            mode=o["mode"],
+            source_ids=source_ids,
+            as_of=as_of_parse(o["as_of"]),
+        )
         if o["json"]:
             payload = {"results": [r.as_dict() for r in response.results], "timings_ms": response.timings_ms}
             self.stdout.write(json.dumps(payload, ensure_ascii=False))
             return
         for r in response.results:
             self.stdout.write(
-                f"{r.rank:>3}. {r.score:.4f}  {r.chunk.version.document.external_id} #{r.chunk.ordinal}  {r.chunk.heading}"
+                f"{r.rank:>3}. {r.score:.4f}  {r.chunk.version.document.external_id} v{r.chunk.version.number} #{r.chunk.ordinal}  {r.chunk.heading}"
             )
         self.stdout.write(f"({response.timings_ms['total_ms']:.0f} ms)")

@@ -1,8 +1,8 @@
 """The retrieval filter, built once and shared by the lexical and dense retrievers.
 
 A ``RetrievalFilter`` says which chunks a query may see: the tenant's, optionally only those of
-some sources (and, as later features land, only current-or-as-of versions and chunks the user's
-access rules allow). ``chunk_condition`` renders it as one composed SQL condition
+some sources, only current versions (or those current on an ``as_of`` date) and, as later
+features land, only chunks the user's access rules allow. ``chunk_condition`` renders it as one composed SQL condition
 (``psycopg.sql``) over a chunk table alias, with named parameters, so both retrievers apply the
 very same rule inside their SQL, before ranking.
 """
@@ -10,7 +10,7 @@ very same rule inside their SQL, before ranking.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 from psycopg import sql
@@ -29,21 +29,29 @@ class RetrievalFilter:
 
     @classmethod
     def for_tenant(cls, tenant, *, source_ids=None, as_of: date | None = None, access=None) -> RetrievalFilter:
-        return cls(
-            tenant_id=tenant.pk, source_ids=tuple(sorted(set(source_ids or ()))), as_of=as_of, access=access
-        )
+        return cls(tenant_id=tenant.pk, source_ids=tuple(sorted(set(source_ids or ()))), as_of=as_of, access=access)
 
     @property
     def narrows_tenant(self) -> bool:
-        """True when the filter keeps fewer chunks than "every chunk of the tenant"."""
-        return bool(self.source_ids)
+        """True when the filter keeps fewer chunks than "every current chunk of the tenant".
+
+        When false, ``posting_condition`` alone is the whole rule (BM25 needs no chunk lookup).
+        """
+        return bool(self.source_ids) or self.as_of is not None
 
     def params(self) -> dict:
         """The named parameters ``chunk_condition`` refers to."""
         params: dict = {"filter_tenant": self.tenant_id}
         if self.source_ids:
             params["filter_sources"] = list(self.source_ids)
+        if self.as_of is not None:
+            # Versions dated before the next day's midnight (UTC) count as "on or before as_of".
+            params["filter_as_of_end"] = datetime.combine(self.as_of + timedelta(days=1), time(), tzinfo=UTC)
         return params
+
+    def posting_condition(self, alias: str = "p") -> sql.Composed:
+        """The condition on ``knowledge_posting AS alias`` when ``narrows_tenant`` is false: current postings."""
+        return sql.SQL("{}.is_current").format(sql.Identifier(alias))
 
     def chunk_condition(self, alias: str = "c") -> sql.Composed:
         """``<alias>.tenant_id = … AND …``: the condition a row of ``knowledge_chunk AS alias`` must meet."""
@@ -64,8 +72,25 @@ class RetrievalFilter:
     # ---- versions (issue 8 §2) ------------------------------------------------------------
 
     def _version_parts(self, chunk: sql.Identifier) -> list[sql.Composable]:
-        """Conditions that keep current versions (or those current on ``as_of``)."""
-        return []
+        """Conditions that keep current versions (or those current on ``as_of``).
+
+        Default: ``is_current`` on the chunk row (denormalized from its version), which the
+        partial index ``chunk_current_tenant_emb_idx`` and the postings' own ``is_current``
+        serve. ``as_of``: per document of the tenant, the version with the latest date
+        (``published_at``, else ingestion time) before the end of that day, ties by number
+        (``knowledge.versions``); a version whose chunks retention dropped has none to find.
+        """
+        if self.as_of is None:
+            return [sql.SQL("{}.is_current").format(chunk)]
+        return [
+            sql.SQL(
+                "{}.version_id IN (SELECT DISTINCT ON (av.document_id) av.id FROM knowledge_documentversion av"
+                " JOIN knowledge_document ad ON ad.id = av.document_id"
+                " WHERE ad.tenant_id = %(filter_tenant)s"
+                " AND COALESCE(av.published_at, av.ingested_at) < %(filter_as_of_end)s"
+                " ORDER BY av.document_id, COALESCE(av.published_at, av.ingested_at) DESC, av.number DESC)"
+            ).format(chunk)
+        ]
 
     # ---- access rules (issue 9 §1) ---------------------------------------------------------
 
@@ -80,4 +105,6 @@ class RetrievalFilter:
         data: dict = {"tenant": self.tenant_id}
         if self.source_ids:
             data["sources"] = list(self.source_ids)
+        if self.as_of is not None:
+            data["as_of"] = self.as_of.isoformat()
         return data

@@ -81,7 +81,8 @@ def bm25_search(
             where.chunk_condition("c")
         )
     else:
-        condition = sql.SQL("TRUE")  # postings are already the tenant's (primary key starts with tenant_id)
+        # Postings are already the tenant's (primary key starts with tenant_id); keep current ones.
+        condition = where.posting_condition("p")
     statement = _BM25.format(lexemes=lexemes, condition=condition).as_string(None)
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
