@@ -197,8 +197,10 @@ class RowLevelSecurityMiddleware:
 def _superuser_admin(request) -> bool:
     from django.urls import reverse
 
+    if not request.path.startswith(reverse("admin:index")):
+        return False
     user = getattr(request, "user", None)
-    return bool(user is not None and user.is_superuser and request.path.startswith(reverse("admin:index")))
+    return bool(user is not None and user.is_superuser)
 
 
 def _streamed_in(scope: RlsScope, content):

@@ -217,6 +217,25 @@ def test_without_the_tenant_filter_and_without_rls_the_test_build_does_leak(
     assert "detail" in leaks(member_of(corpus))
 
 
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("rls", [True, False])
+def test_without_the_tenant_filter_a_streamed_answer_cites_nothing_of_another_tenant_unless_rls_is_off(
+    corpus, other_tenant_corpus, tenant_filter_removed, settings, monkeypatch, rls
+):
+    """The streamed run happens in a worker thread on its own connection: the scope follows it."""
+    from tests.api.test_ask_stream import sse_events
+
+    settings.KB_RLS = rls
+    monkeypatch.setattr("retrieval.pipeline.configured_llm", lambda: None)
+    response = member_of(corpus).post(
+        "/api/v1/ask/stream/", {"question": "What is our secret for patching a tyre?", "k": 5}, format="json"
+    )
+    answers = [data for event, data in sse_events(response) if event == "answer"]
+    assert len(answers) == 1
+    cited = {c["document"] for c in answers[0]["citations"]}
+    assert ("secret/bike" in cited) is (not rls)
+
+
 def test_a_superuser_admin_page_lists_every_tenants_documents(corpus, other_tenant_corpus):
     client = Client()
     client.force_login(UserFactory(is_staff=True, is_superuser=True))
