@@ -34,7 +34,7 @@ def admin_tenant(request):
                     .first()
                 )
             if membership:
-                rls_request_bind(tenant_id=membership.tenant_id)
+                rls_request_bind(tenant_id=membership.tenant_id, user_id=membership.user_id)
             request._admin_tenant = membership.tenant if membership else None
     return request._admin_tenant
 

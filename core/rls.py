@@ -41,12 +41,12 @@ from psycopg import pq
 
 APP_ROLE = "kb_app"
 
-# The settings a transaction starts with: the session role, no tenant.
-SESSION_DEFAULTS = ("none", "")
+# The settings a transaction starts with: the session role, no tenant, no user.
+SESSION_DEFAULTS = ("none", "", "")
 # After a savepoint rollback the settings may have reverted to anything: apply them again.
-UNKNOWN = ("?", "?")
+UNKNOWN = ("?", "?", "?")
 
-_SET = "SELECT set_config('role', %s, true), set_config('app.tenant_id', %s, true)"
+_SET = "SELECT set_config('role', %s, true), set_config('app.tenant_id', %s, true), set_config('app.user_id', %s, true)"
 
 
 @dataclass
@@ -54,19 +54,26 @@ class RlsScope:
     """What the statements of a code path run as.
 
     ``bypass``: as the session role (the owner; RLS does not apply). Otherwise as ``kb_app`` with
-    ``app.tenant_id`` = ``tenant_id`` (``None``: no tenant, so no tenant-owned row is visible).
+    ``app.tenant_id`` = ``tenant_id`` (``None``: no tenant, so no tenant-owned row is visible) and
+    ``app.user_id`` = ``user_id`` (the user's own memberships in other tenants stay readable,
+    policy ``kb_member_self``, e.g. for a tenant switcher).
     ``request``: a portal/API request's scope, which ``rls_request_bind`` may narrow to a tenant.
     """
 
     tenant_id: int | None = None
     bypass: bool = False
     request: bool = False
+    user_id: int | None = None
 
-    def settings(self) -> tuple[str, str]:
-        """``(role, app.tenant_id)`` for ``set_config``; ``("none", "")`` = the session's own."""
+    def settings(self) -> tuple[str, str, str]:
+        """``(role, app.tenant_id, app.user_id)`` for ``set_config``; ``SESSION_DEFAULTS`` = the session's own."""
         if self.bypass:
             return SESSION_DEFAULTS
-        return (APP_ROLE, "" if self.tenant_id is None else str(int(self.tenant_id)))
+        return (
+            APP_ROLE,
+            "" if self.tenant_id is None else str(int(self.tenant_id)),
+            "" if self.user_id is None else str(int(self.user_id)),
+        )
 
 
 _scope: contextvars.ContextVar[RlsScope | None] = contextvars.ContextVar("kb_rls_scope", default=None)
@@ -115,9 +122,10 @@ def rls_request_scope(*, bypass: bool = False) -> AbstractContextManager[RlsScop
     return _entered(RlsScope(bypass=bypass, request=True))
 
 
-def rls_request_bind(*, tenant_id: int) -> None:
-    """Narrow the current request's scope to ``tenant_id``; called by whatever resolves the
-    request's tenant (``knowledge.selectors.membership_for_user``, ``core.admin.admin_tenant``).
+def rls_request_bind(*, tenant_id: int, user_id: int | None = None) -> None:
+    """Narrow the current request's scope to ``tenant_id`` (and the signed-in ``user_id``); called
+    by whatever resolves the request's tenant (``knowledge.selectors.membership_for_user``,
+    ``core.admin.admin_tenant``).
 
     Outside a request scope (commands, tasks, tests' direct calls) and in a bypassed request
     (superuser admin) it does nothing.
@@ -125,9 +133,10 @@ def rls_request_bind(*, tenant_id: int) -> None:
     scope = _scope.get()
     if scope is not None and scope.request and not scope.bypass:
         scope.tenant_id = int(tenant_id)
+        scope.user_id = None if user_id is None else int(user_id)
 
 
-def _apply(connection, wanted: tuple[str, str]) -> None:
+def _apply(connection, wanted: tuple[str, str, str]) -> None:
     if connection.connection.info.transaction_status == pq.TransactionStatus.INERROR:
         return  # an aborted transaction runs nothing but its rollback (which goes through here)
     connection.connection.execute(_SET, list(wanted))

@@ -21,7 +21,7 @@ def membership_for_user(user) -> Membership:
         membership = Membership.objects.select_related("tenant").filter(user_id=getattr(user, "pk", None)).first()
     if membership is None:
         raise PermissionDenied("Your account does not belong to any tenant.")
-    rls_request_bind(tenant_id=membership.tenant_id)
+    rls_request_bind(tenant_id=membership.tenant_id, user_id=membership.user_id)
     return membership
 
 

@@ -95,11 +95,21 @@ BEGIN
 END $fn$;
 """
 
-ENABLE = "SELECT kb_rls_enable();\n" + "".join(
-    f"SELECT kb_rls_enable_child('{child}', '{fk}', '{parent}');\n" for child, fk, parent in CHILD_TABLES
+# A signed-in user reads their own memberships in every tenant (a tenant switcher lists them);
+# SELECT only, so no membership can be written outside the request's tenant.
+MEMBER_SELF = """
+CREATE POLICY kb_member_self ON knowledge_membership FOR SELECT
+    USING (user_id = NULLIF(current_setting('app.user_id', true), '')::bigint);
+"""
+
+ENABLE = (
+    "SELECT kb_rls_enable();\n"
+    + MEMBER_SELF
+    + "".join(f"SELECT kb_rls_enable_child('{child}', '{fk}', '{parent}');\n" for child, fk, parent in CHILD_TABLES)
 )
 
 DISABLE = f"""
+DROP POLICY IF EXISTS kb_member_self ON knowledge_membership;
 DO $$
 DECLARE
     tbl regclass;
