@@ -1,11 +1,13 @@
 """Search latency p50/p95 (ms) per mode on a tenant, with the corpus size.
 
-Usage: python benchmarks/search_latency.py [--tenant demo] [--rounds 3] [--cached]
+Usage: python benchmarks/search_latency.py [--tenant demo] [--rounds 3] [--cached] [--rls]
 Runs 20 Django questions ``rounds`` times per mode after one warm-up pass; prints one JSON object
 with, for hybrid, the mean of each timing (``lexical_ms``, ``embed_ms``, ``embed_wait_ms``,
 ``overlap_ms``: the embedding runs while BM25 does, ``dense_ms``, ``fusion_ms``, ``fetch_ms``).
 The embedder's query cache is cleared before each search (repeated rounds would otherwise skip
-the embedding) unless ``--cached``.
+the embedding) unless ``--cached``. ``--rls`` runs each search a second time inside
+``core.rls.tenant_context`` (row-level security on, autocommit as in a request) and adds
+``rls_modes`` and ``rls_over_plain_p50`` (the two interleaved, question by question).
 """
 
 import argparse
@@ -47,6 +49,7 @@ def percentile(values: list[float], q: float) -> float:
 
 def main() -> None:
     django_setup()
+    from core.rls import tenant_context
     from knowledge.embedders import get_embedder
     from knowledge.models import Chunk, Document, Tenant
     from retrieval.search import chunk_search
@@ -56,6 +59,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("-k", type=int, default=10)
     parser.add_argument("--cached", action="store_true", help="keep the embedder's query cache between searches")
+    parser.add_argument("--rls", action="store_true", help="also time each search under row-level security")
     args = parser.parse_args()
     tenant = Tenant.objects.filter(slug=args.tenant).first()
     if tenant is None:
@@ -73,6 +77,7 @@ def main() -> None:
     # Modes take turns on each question, so background load (autovacuum after a bulk load,
     # other processes) weighs on all three alike.
     totals: dict[str, list[float]] = {mode: [] for mode in ("dense", "lexical", "hybrid")}
+    rls_totals: dict[str, list[float]] = {mode: [] for mode in totals}
     parts: dict[str, list[float]] = {}
     embedder = get_embedder(tenant.embedder)
 
@@ -90,11 +95,25 @@ def main() -> None:
                 if mode == "hybrid":
                     for key, value in response.timings_ms.items():
                         parts.setdefault(key, []).append(value)
+                if args.rls:
+                    cache_clear()
+                    t = time.perf_counter()
+                    with tenant_context(tenant.pk):
+                        chunk_search(tenant=tenant, query=question, k=args.k, mode=mode)
+                    rls_totals[mode].append((time.perf_counter() - t) * 1000)
     for mode, times in totals.items():
         output["modes"][mode] = {
             "p50_ms": round(percentile(times, 50), 1),
             "p95_ms": round(percentile(times, 95), 1),
             "mean_ms": round(statistics.mean(times), 1),
+        }
+    if args.rls:
+        output["rls_modes"] = {
+            mode: {"p50_ms": round(percentile(times, 50), 1), "p95_ms": round(percentile(times, 95), 1)}
+            for mode, times in rls_totals.items()
+        }
+        output["rls_over_plain_p50"] = {
+            mode: round(percentile(rls_totals[mode], 50) / percentile(totals[mode], 50), 3) for mode in totals
         }
     output["hybrid_timings_mean_ms"] = {key: round(statistics.mean(values), 2) for key, values in parts.items()}
     output["hybrid_over_dense_p50"] = round(output["modes"]["hybrid"]["p50_ms"] / output["modes"]["dense"]["p50_ms"], 2)

@@ -11,11 +11,16 @@ from celery import Celery
 from celery.schedules import crontab
 from django.conf import settings
 
+from core.rls import rls_celery_connect
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("knowledge_base")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+# Tasks run as the tables' owner (row-level security bypassed, core.rls): they take ids like commands do.
+rls_celery_connect()
 
 app.conf.beat_schedule = {
     # Delete answer traces older than KB_TRACE_RETENTION_DAYS, once a day at a quiet hour.

@@ -72,6 +72,9 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Row-level security: each request's statements run as the non-superuser role kb_app, bound to
+    # the tenant the view resolves (core.rls, docs/rls.md).
+    "core.rls.RowLevelSecurityMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "portal.csp.ContentSecurityPolicyMiddleware",
@@ -105,6 +108,11 @@ else:
     from config.embedded_db import embedded_database_settings
 
     DATABASES = {"default": embedded_database_settings(KB_DATA_DIR)}
+# Row-level security as defence in depth (core.rls, docs/rls.md): the backend core.postgresql runs
+# requests' and tenant_context()'s statements as the role kb_app under each table's tenant policy.
+# KB_RLS=false keeps the policies but runs everything as the session role (no protection).
+KB_RLS = env_bool("KB_RLS", True)
+DATABASES["default"]["ENGINE"] = "core.postgresql"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Celery ---------------------------------------------------------------------------------

@@ -14,6 +14,8 @@ from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 
+from core.rls import rls_bypass, rls_request_bind
+
 UNSCOPED = object()
 
 
@@ -24,12 +26,15 @@ def admin_tenant(request):
         if request.user.is_superuser:
             request._admin_tenant = UNSCOPED
         else:
-            membership = (
-                apps.get_model("knowledge", "Membership")
-                .objects.select_related("tenant")
-                .filter(user=request.user)
-                .first()
-            )
+            with rls_bypass():  # resolving the tenant (core.rls): memberships before one is bound
+                membership = (
+                    apps.get_model("knowledge", "Membership")
+                    .objects.select_related("tenant")
+                    .filter(user=request.user)
+                    .first()
+                )
+            if membership:
+                rls_request_bind(tenant_id=membership.tenant_id, user_id=membership.user_id)
             request._admin_tenant = membership.tenant if membership else None
     return request._admin_tenant
 

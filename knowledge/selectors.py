@@ -6,14 +6,22 @@ from django.db.models import Count, IntegerField, Max, OuterRef, Prefetch, Query
 from django.db.models.functions import Coalesce
 
 from core.errors import InvalidInput, NotFound, PermissionDenied
+from core.rls import rls_bypass, rls_request_bind
 from knowledge.models import Chunk, Document, DocumentVersion, IngestionJob, Membership, Source, Tenant
 
 
 def membership_for_user(user) -> Membership:
-    """The signed-in user's membership; ``PermissionDenied`` if the user has no tenant."""
-    membership = Membership.objects.select_related("tenant").filter(user_id=getattr(user, "pk", None)).first()
+    """The signed-in user's membership; ``PermissionDenied`` if the user has no tenant.
+
+    This resolves the request's tenant, so it binds the request's row-level-security scope to it
+    (``core.rls.rls_request_bind``); the lookup itself reads memberships before any tenant is
+    bound, hence ``rls_bypass``.
+    """
+    with rls_bypass():  # resolving the tenant: the user's memberships, before a tenant is bound
+        membership = Membership.objects.select_related("tenant").filter(user_id=getattr(user, "pk", None)).first()
     if membership is None:
         raise PermissionDenied("Your account does not belong to any tenant.")
+    rls_request_bind(tenant_id=membership.tenant_id, user_id=membership.user_id)
     return membership
 
 

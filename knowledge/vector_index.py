@@ -29,6 +29,8 @@ import re
 from django.db import connection
 from psycopg import sql
 
+from core.rls import rls_bypass
+
 # Chunks of one embedder a tenant needs before it gets its own HNSW index. The exact scan reads
 # every row's embedding through TOAST (~16 us a row), so HNSW wins from a few hundred chunks on
 # (benchmarks/multi_tenant.py "crossover", 2 busy cores: exact/HNSW p50 12/7 ms at 500 chunks,
@@ -81,6 +83,7 @@ def vector_index_sql(
     return statement.as_string()
 
 
+@rls_bypass()  # DDL: the tables' owner builds and drops indexes (core.rls)
 def vector_index_ensure(*, embedder_key: str, dimensions: int) -> None:
     """Create the HNSW index for ``embedder_key`` over all tenants if it does not exist yet (idempotent)."""
     with connection.cursor() as cursor:
@@ -104,6 +107,7 @@ def tenant_vector_index_exists(*, tenant_id: int, embedder_key: str) -> bool:
     return bool(row and row[0])
 
 
+@rls_bypass()  # DDL: the tables' owner builds and drops indexes (core.rls)
 def tenant_vector_index_ensure(*, tenant_id: int, embedder_key: str, min_chunks: int | None = None) -> str | None:
     """Give the tenant its own HNSW index for ``embedder_key`` once it has ``min_chunks`` chunks.
 
@@ -187,6 +191,7 @@ def tenant_vector_indexes(*, tenant_id: int | None = None) -> list[dict]:
     return found
 
 
+@rls_bypass()  # DDL: the tables' owner builds and drops indexes (core.rls)
 def tenant_vector_indexes_prune(*, tenant_id: int | None = None) -> list[str]:
     """Drop the per-tenant indexes of tenants that no longer exist (or all of ``tenant_id``'s).
 

@@ -22,6 +22,7 @@ proxies do not close a connection that waits for a slow LLM. The views streaming
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import queue
@@ -113,7 +114,8 @@ def answer_events(
             connection.close()
             events.put(_DONE)
 
-    worker = threading.Thread(target=work, name="answer-events", daemon=True)
+    # The run sees the consumer's context: its row-level-security scope (core.rls) included.
+    worker = threading.Thread(target=contextvars.copy_context().run, args=(work,), name="answer-events", daemon=True)
     worker.start()
     try:
         while True:

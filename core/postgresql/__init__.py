@@ -1,0 +1,1 @@
+"""PostgreSQL backend with row-level-security scopes (``core.rls``): ``ENGINE = "core.postgresql"``."""
