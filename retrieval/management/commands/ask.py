@@ -2,6 +2,7 @@ import json
 
 from core.commands import TenantCommand
 from retrieval.pipeline import PIPELINE_NAMES, pipeline_answer
+from retrieval.stages.rerank.near_duplicates import duplicate_lines
 
 
 class Command(TenantCommand):
@@ -17,6 +18,9 @@ class Command(TenantCommand):
         parser.add_argument("--no-reverse-pack", action="store_true")
         parser.add_argument("--extractive", action="store_true", help="do not call the LLM even if configured")
         parser.add_argument("--json", action="store_true")
+        parser.add_argument(
+            "--no-collapse", action="store_true", help="keep every near-duplicate copy (default: the tenant's setting)"
+        )
 
     def handle(self, *args, **o):
         run = pipeline_answer(
@@ -28,6 +32,7 @@ class Command(TenantCommand):
             window_size=o["window"],
             reverse_pack=not o["no_reverse_pack"],
             use_llm=not o["extractive"],
+            options={"collapse": False if o["no_collapse"] else None},
         )
         if o["json"]:
             payload = run.as_dict()
@@ -39,6 +44,8 @@ class Command(TenantCommand):
         for c in run.answer.citations:
             d = c.as_dict()
             self.stdout.write(f"[{d['n']}] {d['title']} (v{d['version']}, chunk {d['chunk']}) {d['uri']}")
+            for line in duplicate_lines(d):
+                self.stdout.write(f"    {line}")
         if run.degraded:
             self.stderr.write(f"Degraded: {run.degraded_reason}")
         steps = ", ".join(f"{s.stage} {s.ms:.0f} ms" for s in run.steps)

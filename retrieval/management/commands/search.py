@@ -3,6 +3,7 @@ import json
 from core.commands import TenantCommand
 from knowledge.selectors import source_ids_for_names
 from retrieval.search import MODES, chunk_search
+from retrieval.stages.rerank.near_duplicates import duplicate_lines
 
 
 class Command(TenantCommand):
@@ -15,11 +16,21 @@ class Command(TenantCommand):
         parser.add_argument("--mode", choices=MODES, default="hybrid")
         parser.add_argument("--source", action="append", default=[], help="only these sources (repeatable)")
         parser.add_argument("--json", action="store_true")
+        parser.add_argument(
+            "--no-collapse", action="store_true", help="keep every near-duplicate copy (default: the tenant's setting)"
+        )
 
     def handle(self, *args, **o):
         tenant = self.tenant(o["tenant"])
         source_ids = source_ids_for_names(tenant=tenant, names=o["source"])
-        response = chunk_search(tenant=tenant, query=o["query"], k=o["k"], mode=o["mode"], source_ids=source_ids)
+        response = chunk_search(
+            tenant=tenant,
+            query=o["query"],
+            k=o["k"],
+            mode=o["mode"],
+            source_ids=source_ids,
+            options={"collapse": False if o["no_collapse"] else None},
+        )
         if o["json"]:
             payload = {"results": [r.as_dict() for r in response.results], "timings_ms": response.timings_ms}
             self.stdout.write(json.dumps(payload, ensure_ascii=False))
@@ -28,4 +39,6 @@ class Command(TenantCommand):
             self.stdout.write(
                 f"{r.rank:>3}. {r.score:.4f}  {r.chunk.version.document.external_id} #{r.chunk.ordinal}  {r.chunk.heading}"
             )
+            for line in duplicate_lines(r.as_dict(with_text=False)):
+                self.stdout.write(f"       {line}")
         self.stdout.write(f"({response.timings_ms['total_ms']:.0f} ms)")
