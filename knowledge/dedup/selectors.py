@@ -116,23 +116,33 @@ def duplicates_for_versions(*, tenant, version_ids: list[int], near: bool = True
     return found
 
 
-def chunk_nearest_in_version(*, tenant, chunk_id: int, version_id: int) -> int | None:
-    """The chunk of ``version_id`` whose embedding is closest (cosine) to chunk ``chunk_id``'s, or None.
+def chunk_nearest_in_versions(*, tenant, chunk_id: int, version_ids: list[int], condition=None, params=None):
+    """``(version id, chunk id)`` of the chunk closest (cosine of embeddings) to chunk ``chunk_id``
+    in the first of ``version_ids`` (in order) holding a chunk that meets ``condition``; or None.
 
-    Both must be ``tenant``'s and embedded by the same model. Used to show the freshest member of
-    a near-duplicate cluster in place of an older member's chunk.
+    ``condition`` is a ``psycopg.sql`` condition over the chunk alias ``c`` with named ``params``
+    (``RetrievalFilter.chunk_condition``: sources, versions, access rules), so a replacement is
+    never a chunk the query could not have seen. Chunks are ``tenant``'s and embedded by the same
+    model as ``chunk_id``. Used to show the freshest member of a near-duplicate cluster in place
+    of an older member's chunk.
     """
+    from psycopg import sql
+
     tenant_id = tenant if isinstance(tenant, int) else tenant.pk
+    query = sql.SQL(
+        """
+        SELECT c.version_id, c.id FROM knowledge_chunk c, knowledge_chunk q
+        WHERE q.id = %(nd_chunk)s AND q.tenant_id = %(nd_tenant)s
+          AND c.tenant_id = %(nd_tenant)s AND c.version_id = ANY(%(nd_versions)s::bigint[])
+          AND c.embedder = q.embedder AND {condition}
+        ORDER BY array_position(%(nd_versions)s::bigint[], c.version_id), c.embedding <=> q.embedding, c.ordinal
+        LIMIT 1
+        """
+    ).format(condition=condition if condition is not None else sql.SQL("TRUE"))
     with connection.cursor() as cursor:
         cursor.execute(
-            """
-            SELECT c.id FROM knowledge_chunk c, knowledge_chunk q
-            WHERE q.id = %(chunk)s AND q.tenant_id = %(tenant)s
-              AND c.tenant_id = %(tenant)s AND c.version_id = %(version)s AND c.embedder = q.embedder
-            ORDER BY c.embedding <=> q.embedding, c.ordinal
-            LIMIT 1
-            """,
-            {"chunk": chunk_id, "tenant": tenant_id, "version": version_id},
+            query,
+            {**(params or {}), "nd_chunk": chunk_id, "nd_tenant": tenant_id, "nd_versions": list(version_ids)},
         )
         row = cursor.fetchone()
-    return row[0] if row else None
+    return (row[0], row[1]) if row else None

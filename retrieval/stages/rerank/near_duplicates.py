@@ -22,7 +22,7 @@ from __future__ import annotations
 from django.db import connection
 from django.db.models.base import ModelState
 
-from knowledge.dedup.selectors import Place, chunk_nearest_in_version, duplicates_for_versions
+from knowledge.dedup.selectors import Place, chunk_nearest_in_versions, duplicates_for_versions
 from knowledge.models import Chunk, Document, DocumentVersion, Source
 from retrieval.stages.fuse import chunks_load
 
@@ -120,14 +120,24 @@ def rerank(run, results, *, k: int):
 
     replacements: dict[int, int] = {}  # result index -> chunk id of the freshest member
     if collapse:
+        condition, params = run.where.chunk_condition("c"), run.where.params()
         for i, result in enumerate(results):
-            cid = dups.cluster_of.get(result.chunk.version_id)
-            if cid is not None and freshest[cid].version_id != result.chunk.version_id:
-                nearest = chunk_nearest_in_version(
-                    tenant=tenant_id, chunk_id=result.chunk.pk, version_id=freshest[cid].version_id
-                )
-                if nearest is not None:
-                    replacements[i] = nearest
+            own = result.chunk.version_id
+            cid = dups.cluster_of.get(own)
+            if cid is None or freshest[cid].version_id == own:
+                continue
+            own_key = next(p.freshness for p in dups.members[cid] if p.version_id == own)
+            fresher = [
+                p.version_id
+                for p in sorted(dups.members[cid], key=lambda p: p.freshness, reverse=True)
+                if p.freshness > own_key
+            ]
+            # The freshest member the query may see (sources, versions, access rules).
+            found = chunk_nearest_in_versions(
+                tenant=tenant_id, chunk_id=result.chunk.pk, version_ids=fresher, condition=condition, params=params
+            )
+            if found is not None:
+                replacements[i] = found[1]
     loaded = chunks_load(tenant=run.tenant, chunk_ids=sorted(set(replacements.values()))) if replacements else {}
 
     kept, seen = [], set()
@@ -142,7 +152,7 @@ def rerank(run, results, *, k: int):
             dropped += 1
             continue
         seen.add(result.chunk.pk)
-        _annotate(result, dups, freshest, tenant_id)
+        _annotate(result, dups, freshest, tenant_id, run.where.source_ids)
         also_in_count += bool(result.also_in)
         kept.append(result)
     for rank, result in enumerate(kept, 1):
@@ -161,14 +171,15 @@ def _pair(a: int, b: int) -> tuple[int, int]:
     return (min(a, b), max(a, b))
 
 
-def _annotate(result, dups, freshest: dict, tenant_id: int) -> None:
+def _annotate(result, dups, freshest: dict, tenant_id: int, sources: tuple[int, ...]) -> None:
     """Set ``also_in``, ``near_duplicates`` and ``update`` on ``result`` (and its chunk, for citations)."""
     version_id = result.chunk.version_id
     places = dups.also_in.get(version_id, [])
     if places:
         own = _own_place(result.chunk)
-        best = max(places, key=_fresh_key)
-        if _fresh_key(best) > _fresh_key(own):  # show the freshest place of the same content
+        allowed = [p for p in places if not sources or p.source_id in sources]
+        best = max(allowed, key=_fresh_key) if allowed else own
+        if _fresh_key(best) > _fresh_key(own):  # show the freshest place of the same content the query may see
             result.chunk = _shown_at(result.chunk, best, tenant_id)
             places = [own, *(p for p in places if p is not best)]
     result.also_in = [p.as_dict() for p in places]
