@@ -1,0 +1,309 @@
+"""Near-duplicates on two releases of the Django docs: collapsing, the kept copy, pairs, the classifier.
+
+Usage: python benchmarks/near_duplicates.py [--folders topics howto] [--pairs-file PATH] [--drop]
+
+Downloads Django 4.2's and 5.2's source distributions with pip (``demo.services.django_docs_download``,
+into ``$KB_DATA_DIR/downloads``) and ingests the chosen ``docs/`` folders of each release as its own
+source (``django-4.2``, ``django-5.2``; document ids ``<release>/<path>``; ``published_at`` = the
+release's date) into the tenant ``neardup-bench`` (kept for reruns: re-ingesting unchanged files
+is free; ``--drop`` deletes it afterwards). Pages identical in both releases are exact duplicates
+(stored once); the others are compared by ``near_duplicates_refresh``, timed apart from ingestion.
+
+Prints one JSON object:
+
+* ``corpus``: documents, chunks, exact duplicates, ingestion and near-duplicate seconds, and the
+  near-duplicate step's share (``throughput_ratio``: ingestion chunks/s with the step over without);
+* ``sweep``: for Jaccard thresholds 0.7/0.8/0.9, the pairs found (LSH + exact check) and their
+  precision by an objective rule: a pair is right when both are the same page (same path) in the
+  two releases; ``same_page_recall``: of the same-path page pairs whose exact Jaccard passes the
+  threshold, the share found;
+* ``retrieval``: over 50 questions (top 10, hybrid), pages appearing twice (both releases) in the
+  top 10 without and with collapsing, and among collapsed results from a cluster, how often the
+  kept copy is the newer release;
+* ``classifier``: meaningful/meaningless counts over all pairs at the default threshold and over a
+  sample of 30 pairs (seed 8), written with their diffs to ``--pairs-file`` for checking by hand.
+"""
+
+import argparse
+import difflib
+import json
+import random
+import sys
+import time
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+from _setup import django_setup
+
+RELEASES = (("4.2", "4.2.30", datetime(2023, 4, 3, tzinfo=UTC)), ("5.2", "5.2.19", datetime(2025, 4, 2, tzinfo=UTC)))
+TENANT = "neardup-bench"
+THRESHOLDS = (0.7, 0.8, 0.9)
+SAMPLE = 30
+SEED = 8
+
+QUESTIONS = [
+    "How do I write a custom model field?",
+    "How do I create a custom management command?",
+    "What is a QuerySet and when is it evaluated?",
+    "How do I add a database index to a model?",
+    "How do I configure static files in production?",
+    "What does select_related do?",
+    "How do I write a custom template tag?",
+    "How can I send email with Django?",
+    "How do database transactions work in Django?",
+    "What is the CSRF protection?",
+    "How do I use class-based views?",
+    "How do I paginate a list?",
+    "How do I write a data migration?",
+    "How to deploy with ASGI?",
+    "What is a ModelForm?",
+    "How do I cache a view?",
+    "How are signals dispatched?",
+    "How do I customize the admin site?",
+    "How do I test views with the test client?",
+    "How do I upload files with a form?",
+    "What is the default primary key type?",
+    "How do I define a many-to-many relationship with extra fields?",
+    "How do I use aggregation with annotate?",
+    "How do I write a custom authentication backend?",
+    "How do I extend the User model?",
+    "How do I set up logging?",
+    "How do I translate strings in templates?",
+    "How do I use the messages framework?",
+    "How do sessions work?",
+    "How do I validate a form field?",
+    "How do I use formsets?",
+    "What is middleware and how do I write one?",
+    "How do I serve media files during development?",
+    "How do I use raw SQL queries?",
+    "How do I optimize database access?",
+    "How do I use F expressions?",
+    "How do I configure multiple databases?",
+    "How do I write asynchronous views?",
+    "How do I deploy with WSGI and Gunicorn?",
+    "How do I use the cache framework with Redis?",
+    "How do I protect against clickjacking?",
+    "How do I write a custom lookup?",
+    "How do I write a custom storage class?",
+    "How do I override templates?",
+    "How do I use conditional view processing with ETags?",
+    "How do I handle time zones?",
+    "How do I use the password hashers?",
+    "How do I squash migrations?",
+    "How do I write tests with fixtures?",
+    "How do I use generic relations and content types?",
+]
+
+
+def main() -> None:
+    django_setup()
+    from django.conf import settings
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--folders", nargs="+", default=["topics", "howto"], help="folders of docs/ to ingest")
+    parser.add_argument("--pairs-file", type=Path, default=Path("benchmarks/results/near_duplicates_pairs.md"))
+    parser.add_argument("--drop", action="store_true", help="delete the benchmark tenant afterwards")
+    args = parser.parse_args()
+    settings.KB_NEAR_DUPLICATES = False  # the step runs below, timed apart from ingestion
+    report = run(args, settings)
+    print(json.dumps(report, indent=2))
+
+
+def ingest(tenant, args, settings) -> dict:
+    from demo.services import django_docs_download
+    from knowledge.ingestion.readers import read_path
+    from knowledge.services import collect_files, documents_ingest, source_get_or_create
+
+    totals = {"documents": 0, "chunks_created": 0, "exact_duplicates": 0, "ingest_seconds": 0.0}
+    for release, version, published in RELEASES:
+        docs = django_docs_download(downloads=settings.KB_DATA_DIR / "downloads", version=version)
+        files = collect_files([docs / folder for folder in args.folders], root=docs, exclude=["*_images/*"])
+        documents = [
+            replace(d, external_id=f"{release}/{d.external_id}", published_at=published)
+            for f, root in files
+            for d in read_path(f, root=root, uri_prefix=f"https://docs.djangoproject.com/en/{release}/", fmt="rst")
+        ]
+        source = source_get_or_create(tenant=tenant, name=f"django-{release}")
+        started = time.perf_counter()
+        outcome = documents_ingest(tenant=tenant, source=source, documents=documents)
+        counts = outcome.counts()
+        totals["ingest_seconds"] += time.perf_counter() - started
+        totals["documents"] += len(documents)
+        totals["chunks_created"] += counts["chunks"]
+        print(f"{release}: {counts}", file=sys.stderr)
+    return totals
+
+
+def run(args, settings) -> dict:
+    from knowledge.dedup.models import NearDuplicatePair
+    from knowledge.dedup.near import candidate_pairs, jaccard, shingles
+    from knowledge.dedup.services import near_duplicates_refresh
+    from knowledge.models import Chunk, DocumentVersion, Tenant
+    from knowledge.services import tenant_create
+
+    tenant = Tenant.objects.filter(slug=TENANT).first() or tenant_create(slug=TENANT, name="Near-duplicates bench")
+    try:
+        corpus = ingest(tenant, args, settings)
+        started = time.perf_counter()
+        step = near_duplicates_refresh(tenant_id=tenant.pk, threshold=0.8, rebuild=True)
+        corpus["near_duplicates_seconds"] = round(time.perf_counter() - started, 3)
+        corpus["near_duplicates_step"] = step
+        corpus["chunks"] = Chunk.objects.for_tenant(tenant).count()
+        current = DocumentVersion.objects.for_tenant(tenant).filter(is_current=True)
+        corpus["exact_duplicates"] = current.filter(duplicate_of__isnull=False).count()
+        if corpus["chunks_created"]:
+            # Ingestion as documents_ingest runs it with the task (eager): ingest time + step time.
+            corpus["throughput_ratio"] = round(
+                corpus["ingest_seconds"] / (corpus["ingest_seconds"] + corpus["near_duplicates_seconds"]), 4
+            )
+        corpus["ingest_seconds"] = round(corpus["ingest_seconds"], 2)
+
+        sweep = threshold_sweep(tenant, current, candidate_pairs, jaccard, shingles)
+        retrieval = retrieval_check(tenant)
+        classifier = classifier_check(tenant, NearDuplicatePair, args.pairs_file)
+    finally:
+        if args.drop:
+            Tenant.objects.filter(pk=tenant.pk).delete()
+    return {"corpus": corpus, "sweep": sweep, "retrieval": retrieval, "classifier": classifier}
+
+
+def _page(external_id: str) -> str:
+    return external_id.split("/", 1)[1]
+
+
+def threshold_sweep(tenant, current, candidate_pairs, jaccard, shingles) -> dict:
+    from knowledge.dedup.models import MinHashSignature
+    from knowledge.dedup.near import signature_from_bytes
+
+    rows = list(current.filter(duplicate_of__isnull=True).values_list("id", "document__external_id", "text"))
+    ids = {pk: external_id for pk, external_id, _ in rows}
+    sets = {pk: shingles(text) for pk, _, text in rows}
+    signatures = {
+        v: signature_from_bytes(h)
+        for v, h in MinHashSignature.objects.for_tenant(tenant)
+        .filter(version_id__in=ids)
+        .values_list("version_id", "hashvalues")
+    }
+    # Same page in both releases (both hold chunks): the objective "right pair" rule.
+    by_page: dict[str, dict[str, int]] = {}
+    for pk, external_id in ids.items():
+        by_page.setdefault(_page(external_id), {})[external_id.split("/", 1)[0]] = pk
+    same_page = {tuple(sorted(p.values())) for p in by_page.values() if len(p) == 2}
+    same_page_jaccard = {pair: jaccard(sets[pair[0]], sets[pair[1]]) for pair in same_page}
+    result = {}
+    for threshold in THRESHOLDS:
+        started = time.perf_counter()
+        candidates = candidate_pairs(signatures, new=list(signatures), threshold=threshold)
+        found = {pair for pair in candidates if jaccard(sets[pair[0]], sets[pair[1]]) >= threshold}
+        seconds = time.perf_counter() - started
+        right = sum(1 for a, b in found if _page(ids[a]) == _page(ids[b]) and ids[a] != ids[b])
+        eligible = {pair for pair, j in same_page_jaccard.items() if j >= threshold}
+        result[str(threshold)] = {
+            "lsh_candidates": len(candidates),
+            "pairs": len(found),
+            "same_page_pairs": right,
+            "precision": round(right / len(found), 4) if found else None,
+            "same_page_eligible": len(eligible),
+            "same_page_recall": round(len(found & eligible) / len(eligible), 4) if eligible else None,
+            "seconds": round(seconds, 3),
+        }
+    result["same_page_pairs_total"] = len(same_page)
+    return result
+
+
+def retrieval_check(tenant) -> dict:
+    from retrieval.search import chunk_search
+
+    twice = {"off": 0, "on": 0}
+    questions_with_twice = {"off": 0, "on": 0}
+    kept_newer = kept_older = 0
+    exact = {"newer": 0, "older": 0}
+    latency = {"off": [], "on": []}
+    for question in QUESTIONS:
+        for label, collapse in (("off", False), ("on", True)):
+            response = chunk_search(tenant=tenant, query=question, k=10, options={"collapse": collapse})
+            latency[label].append(response.timings_ms["total_ms"])
+            releases_by_page: dict[str, set[str]] = {}
+            for r in response.results:
+                external_id = r.chunk.version.document.external_id
+                releases_by_page.setdefault(_page(external_id), set()).add(external_id.split("/", 1)[0])
+            doubled = sum(1 for releases in releases_by_page.values() if len(releases) > 1)
+            twice[label] += doubled
+            questions_with_twice[label] += bool(doubled)
+            if collapse:
+                for r in response.results:
+                    if r.also_in:
+                        shown = r.chunk.version.published_at.isoformat()
+                        newer = all(shown >= (p["published_at"] or "") for p in r.also_in)
+                        exact[("newer" if newer else "older")] += 1
+                    if r.near_duplicates:
+                        shown = r.chunk.version.published_at
+                        others = [d["published_at"] for d in r.near_duplicates if d["published_at"]]
+                        if all(shown.isoformat() >= other for other in others):
+                            kept_newer += 1
+                        else:
+                            kept_older += 1
+
+    def p50(values):
+        return round(sorted(values)[len(values) // 2], 2)
+
+    return {
+        "questions": len(QUESTIONS),
+        "k": 10,
+        "pages_twice_in_top10": twice,
+        "questions_with_a_page_twice": questions_with_twice,
+        "collapsed_results_kept_newer": kept_newer,
+        "collapsed_results_kept_older": kept_older,
+        "exact_duplicate_results_shown_at": exact,
+        "search_p50_ms": {label: p50(values) for label, values in latency.items()},
+    }
+
+
+def classifier_check(tenant, NearDuplicatePair, pairs_file: Path) -> dict:
+    from knowledge.dedup.near import change_summary
+
+    pairs = list(
+        NearDuplicatePair.objects.for_tenant(tenant).select_related("older__document", "newer__document").order_by("pk")
+    )
+    counts = {"meaningful": 0, "meaningless": 0}
+    for pair in pairs:
+        counts[pair.kind] += 1
+    sample = random.Random(SEED).sample(pairs, min(SAMPLE, len(pairs)))
+    sample_counts = {"meaningful": 0, "meaningless": 0}
+    lines = [
+        "# Near-duplicate pairs to check by hand (benchmarks/near_duplicates.py)",
+        "",
+        f"{len(sample)} pairs sampled (seed {SEED}) of {len(pairs)} at Jaccard >= 0.8 on the Django 4.2/5.2 docs.",
+        "For each: is the classifier's kind right (meaningless = equal after normalizing case, whitespace,",
+        "punctuation and markup; meaningful = a real edit), and does `update` summarize the change?",
+        "",
+    ]
+    for n, pair in enumerate(sample, 1):
+        sample_counts[pair.kind] += 1
+        older, newer = pair.older, pair.newer
+        diff = [
+            line
+            for line in difflib.unified_diff(older.text.splitlines(), newer.text.splitlines(), lineterm="", n=0)
+            if line[:1] in "+-" and not line.startswith(("+++", "---"))
+        ]
+        lines += [
+            f"## {n}. {older.document.external_id} -> {newer.document.external_id}",
+            "",
+            f"- Jaccard {pair.jaccard:.3f}; classifier: **{pair.kind}**; update: `{pair.update or '-'}`",
+            f"- first changes (word level): `{change_summary(older.text, newer.text, limit=6) or '-'}`",
+            "- verdict: [ ] right  [ ] wrong",
+            "",
+            "```diff",
+            *[line[:200] for line in diff[:12]],
+            *([f"... ({len(diff) - 12} more changed lines)"] if len(diff) > 12 else []),
+            "```",
+            "",
+        ]
+    pairs_file.parent.mkdir(parents=True, exist_ok=True)
+    pairs_file.write_text("\n".join(lines), encoding="utf-8")
+    return {"pairs": len(pairs), "all": counts, "sample": sample_counts, "sample_file": str(pairs_file)}
+
+
+if __name__ == "__main__":
+    main()
