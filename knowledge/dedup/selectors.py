@@ -76,6 +76,23 @@ def _place(row) -> Place:
     return Place(*row)
 
 
+def tenant_has_duplicates(*, tenant) -> bool:
+    """Whether ``tenant`` has a near-duplicate cluster or a current exact duplicate (one query)."""
+    tenant_id = tenant if isinstance(tenant, int) else tenant.pk
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT EXISTS (SELECT 1 FROM knowledge_nearduplicatecluster WHERE tenant_id = %(tenant)s)
+                OR EXISTS (
+                    SELECT 1 FROM knowledge_documentversion v JOIN knowledge_document d ON d.id = v.document_id
+                    WHERE d.tenant_id = %(tenant)s AND v.is_current AND v.duplicate_of_id IS NOT NULL
+                )
+            """,
+            {"tenant": tenant_id},
+        )
+        return bool(cursor.fetchone()[0])
+
+
 def duplicates_for_versions(*, tenant, version_ids: list[int], near: bool = True) -> Duplicates:
     """Exact and (when ``near``) near duplicates of ``version_ids`` in ``tenant`` only (3 queries at most).
 

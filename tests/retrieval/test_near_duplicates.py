@@ -147,3 +147,8 @@ def test_the_admin_splits_a_cluster(two_releases, admin_client):  # noqa: F811
     )
     assert response.status_code == 200
     assert not NearDuplicateMember.objects.for_tenant(two_releases).exists()
+
+
+def test_a_tenant_without_duplicates_runs_no_near_duplicates_step(corpus):
+    run = pipeline_answer(tenant=corpus, question="How long do I boil spaghetti?", use_llm=False, trace=False)
+    assert "near_duplicates" not in [s.stage for s in run.steps]

@@ -1,6 +1,7 @@
 """Signal reranker ``near_duplicates`` (issue 8 §1; see ``retrieval.stages.rerank``, first in the chain).
 
-Every result is annotated with where its content also appears:
+Active when the tenant holds any duplicate (``tenant_has_duplicates``, one query per run). Every
+result is then annotated with where its content also appears:
 
 * ``also_in``: the other documents holding the exact same content (``DocumentVersion.duplicate_of``;
   stored once, so they have no chunks of their own). The result is shown at the freshest of
@@ -22,7 +23,7 @@ from __future__ import annotations
 from django.db import connection
 from django.db.models.base import ModelState
 
-from knowledge.dedup.selectors import Place, chunk_nearest_in_versions, duplicates_for_versions
+from knowledge.dedup.selectors import Place, chunk_nearest_in_versions, duplicates_for_versions, tenant_has_duplicates
 from knowledge.models import Chunk, Document, DocumentVersion, Source
 from retrieval.stages.fuse import chunks_load
 
@@ -40,8 +41,12 @@ def collapse_wanted(run) -> bool:
 
 
 def active(run) -> bool:
-    """Always: exact duplicates are consolidated on every run; collapsing clusters is switchable."""
-    return True
+    """Whether the run's tenant holds any duplicate (a near-duplicate cluster or an exact duplicate):
+    then results are annotated, and collapsed when wanted. Asked once per run (cached on it)."""
+    cached = getattr(run, "_near_duplicates_active", None)
+    if cached is None:
+        cached = run._near_duplicates_active = tenant_has_duplicates(tenant=run.tenant)
+    return cached
 
 
 def _deferred(model, db: str, **values):
