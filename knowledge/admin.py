@@ -258,3 +258,7 @@ class IngestionJobAdmin(ReadOnlyAdminMixin, TenantScopedAdmin):
     list_select_related = ["tenant", "source"]
     search_fields = ["file_name", "error"]
     date_hierarchy = "created_at"
+
+
+# Near-duplicate clusters, members and pairs (knowledge.dedup).
+from knowledge.dedup import admin as _dedup_admin  # noqa: E402, F401

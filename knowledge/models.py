@@ -378,3 +378,12 @@ class CorpusStatistic(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant_id}: {self.chunk_count} chunks"
+
+
+# Near-duplicate records live in their own module; imported here so they belong to this app.
+from knowledge.dedup.models import (  # noqa: E402, F401
+    MinHashSignature,
+    NearDuplicateCluster,
+    NearDuplicateMember,
+    NearDuplicatePair,
+)

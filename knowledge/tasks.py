@@ -58,3 +58,12 @@ def ingestion_job_task(self, job_id: int) -> str:
 def ingestion_jobs_recover_task() -> list[int]:
     """Re-queue ingestion jobs whose worker died (lease ran out); runs under Celery beat."""
     return ingestion_jobs_recover()
+
+
+@shared_task(acks_late=True, autoretry_for=TRANSIENT_ERRORS, max_retries=3, retry_backoff=True, time_limit=1800)
+def near_duplicates_task(tenant_id: int) -> dict:
+    """Find the near-duplicates of tenant ``tenant_id``'s new versions and rebuild its clusters
+    (``knowledge.dedup.services.near_duplicates_refresh``); queued after each ingestion."""
+    from knowledge.dedup.services import near_duplicates_refresh
+
+    return near_duplicates_refresh(tenant_id=tenant_id)

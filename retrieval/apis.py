@@ -14,6 +14,8 @@ from retrieval.conversations import conversation_ask
 from retrieval.pipeline import PIPELINE_NAMES
 from retrieval.search import chunk_search
 
+COLLAPSE_HELP = "Collapse near-duplicate documents to the freshest (default: the tenant's setting, on)."
+
 
 class ComponentsField(serializers.DictField):
     """Per-retriever score and rank, e.g. ``{"dense": {"score": 0.71, "rank": 1}}``."""
@@ -52,6 +54,7 @@ class SearchApi(APIView):
             input_formats=["%Y-%m-%d"],
             help_text="YYYY-MM-DD: use the document versions current on that day (default: current versions).",
         )
+        collapse = serializers.BooleanField(required=False, allow_null=True, default=None, help_text=COLLAPSE_HELP)
 
     @extend_schema_serializer(component_name="SearchOutput")
     class OutputSerializer(serializers.Serializer):
@@ -60,6 +63,13 @@ class SearchApi(APIView):
             source = serializers.CharField()
             heading = serializers.CharField()
             components = ComponentsField()
+            also_in = serializers.ListField(
+                child=serializers.DictField(), help_text="Other places of this exact content."
+            )
+            near_duplicates = serializers.ListField(
+                child=serializers.DictField(), help_text="Near-duplicate documents (kind, update), freshest first."
+            )
+            update = serializers.CharField(allow_null=True, help_text="What changed from the copy this one supersedes.")
 
         results = ResultSerializer(many=True)
         timings_ms = serializers.DictField(child=serializers.FloatField())
@@ -81,6 +91,7 @@ class SearchApi(APIView):
             mode=data["mode"],
             source_ids=source_ids_for_names(tenant=tenant, names=data["sources"]),
             as_of=data.get("as_of"),
+            options={"collapse": data["collapse"]},
         )
         output = {
             "results": [r.as_dict() for r in response.results],
@@ -104,6 +115,7 @@ class AskApi(APIView):
         pipeline = serializers.ChoiceField(
             choices=PIPELINE_NAMES, required=False, help_text="Named pipeline; default: the tenant's (KB_PIPELINE)."
         )
+        collapse = serializers.BooleanField(required=False, allow_null=True, default=None, help_text=COLLAPSE_HELP)
         conversation = serializers.IntegerField(
             min_value=1,
             max_value=2**63 - 1,
@@ -121,6 +133,9 @@ class AskApi(APIView):
     class OutputSerializer(serializers.Serializer):
         class CitationSerializer(ChunkReferenceSerializer):
             n = serializers.IntegerField()
+            also_in = serializers.ListField(child=serializers.DictField(), required=False)
+            near_duplicates = serializers.ListField(child=serializers.DictField(), required=False)
+            update = serializers.CharField(required=False)
 
         question = serializers.CharField()
         answer = serializers.CharField()
@@ -186,4 +201,5 @@ class AskApi(APIView):
             "use_llm": not data["extractive"],
             "source_ids": source_ids_for_names(tenant=tenant, names=data["sources"]),
             "as_of": data.get("as_of"),
+            "options": {"collapse": data["collapse"]},
         }

@@ -99,7 +99,10 @@ class PipelineSpec:
     # Adaptive: escalate below this confidence (retrieval.stages.confidence, calibrated on the dev sets).
     adaptive_threshold: float = 0.8
     # ---- near-duplicates (issue 8 §1) ----
-
+    # Collapse a near-duplicate cluster to its freshest member (a request's ``collapse`` overrides);
+    # the Jaccard threshold of the ingestion-side search (None: KB_NEAR_DUPLICATE_THRESHOLD).
+    collapse_near_duplicates: bool = True
+    near_duplicate_threshold: float | None = None
     # ---- recency and quality (issue 8 §3) ----
 
     # ---- diversity (issue 8 §4) ----
@@ -140,6 +143,8 @@ _OPTION_RULES = {
     "walk_max_rounds": (1, 10),
     "adaptive_threshold": (0.0, 1.0),
     # ---- near-duplicates (issue 8 §1) ----
+    "collapse_near_duplicates": bool,
+    "near_duplicate_threshold": (0.5, 1.0),
     # ---- recency and quality (issue 8 §3) ----
     # ---- diversity (issue 8 §4) ----
     # ---- volume: themes (issue 8 §5) ----
@@ -155,6 +160,10 @@ SETTING_KEYS = ("pipeline", *_OPTION_RULES, *(f.name for f in fields(SearchConfi
 
 def _option(name: str, value):
     rule = _OPTION_RULES[name]
+    if rule is bool:  # a switch: true or false only
+        if not isinstance(value, bool):
+            raise InvalidInput(f"Setting {name!r} must be true or false, not {value!r}.")
+        return value
     if isinstance(rule[0], str):
         if value not in rule:
             raise InvalidInput(f"Setting {name!r} must be one of {', '.join(rule)}, not {value!r}.")

@@ -9,10 +9,10 @@ mode the query is embedded while the BM25 query runs (``candidates_retrieve``). 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from retrieval.config import FUSIONS, MAX_QUERY_CHARS, MODES, SearchConfig
-from retrieval.pipeline import PipelineSpec, pipeline_retrieve
+from retrieval.pipeline import pipeline_retrieve, pipeline_spec
 from retrieval.types import SearchResult
 
 __all__ = ["FUSIONS", "MAX_QUERY_CHARS", "MODES", "SearchConfig", "SearchResponse", "SearchResult", "chunk_search"]
@@ -39,15 +39,26 @@ def chunk_search(
     source_ids: list[int] | None = None,
     config: SearchConfig | None = None,
     as_of=None,
+    options: dict | None = None,
 ) -> SearchResponse:
     """Search the tenant's chunks; the top ``k`` with each retriever's score and rank.
 
     ``mode`` is hybrid (lexical + dense, fused), lexical or dense; ``config`` defaults to the
     tenant's. ``InvalidInput`` for an empty or over-long query, ``k`` outside 1-200 or an
-    unknown mode. ``as_of`` (a ``date``) searches the versions current on that day.
+    unknown mode. ``as_of`` (a ``date``) searches the versions current on that day; ``options``
+    are per-request switches (``retrieval.pipeline.REQUEST_OPTIONS``).
     """
-    spec = PipelineSpec(name="simple", search=config or SearchConfig.for_tenant(tenant))
+    spec = pipeline_spec(tenant=tenant, name="simple")
+    if config is not None:
+        spec = replace(spec, search=config)
     run = pipeline_retrieve(
-        tenant=tenant, query=query, pipeline=spec, k=k, mode=mode, source_ids=source_ids, as_of=as_of
+        tenant=tenant,
+        query=query,
+        pipeline=spec,
+        k=k,
+        mode=mode,
+        source_ids=source_ids,
+        as_of=as_of,
+        options=options,
     )
     return SearchResponse(results=run.results, timings_ms=run.timings_ms, mode=mode, config=spec.search)

@@ -100,6 +100,11 @@ class SearchResult:
     score: float
     rank: int
     components: dict[str, dict[str, float | int]] = field(default_factory=dict)
+    # Duplicates (retrieval.stages.rerank.near_duplicates): other places of the exact content,
+    # the near-duplicate cluster's other members, and what changed from the copy this one supersedes.
+    also_in: list[dict] = field(default_factory=list)
+    near_duplicates: list[dict] = field(default_factory=list)
+    update: str | None = None
 
     def as_dict(self, *, with_text: bool = True) -> dict:
         version = self.chunk.version
@@ -118,6 +123,9 @@ class SearchResult:
             "heading": self.chunk.heading,
             "score": round(self.score, 6),
             "components": self.components,
+            "also_in": self.also_in,
+            "near_duplicates": self.near_duplicates,
+            "update": self.update,
         }
         if with_text:
             data["text"] = self.chunk.text
@@ -173,6 +181,7 @@ class Citation:
             "chunk_id": chunk.pk,
             "score": round(self.passage.score, 6),
             "text": self.passage.text,
+            **getattr(chunk, "duplicates", {}),  # also_in, near_duplicates, update when any
         }
 
 

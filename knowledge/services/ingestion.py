@@ -204,8 +204,20 @@ def documents_ingest(
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE knowledge_chunk, knowledge_posting, knowledge_termstatistic")
     tenant_vector_index_ensure(tenant_id=tenant.pk, embedder_key=embedder_key)  # own HNSW index once large
+    near_duplicates_enqueue(tenant=tenant, report=report)
     report.total_seconds = time.perf_counter() - started
     return report
+
+
+def near_duplicates_enqueue(*, tenant: Tenant, report: IngestReport) -> None:
+    """Queue the near-duplicate search (``knowledge.tasks.near_duplicates_task``) once the
+    ingestion commits, when it stored a new version and ``KB_NEAR_DUPLICATES`` is on."""
+    if not settings.KB_NEAR_DUPLICATES or not any(o.status != "unchanged" for o in report.outcomes):
+        return
+    from knowledge.tasks import near_duplicates_task
+
+    tenant_id = tenant.pk
+    transaction.on_commit(lambda: near_duplicates_task.delay(tenant_id))
 
 
 def _store_or_explain(**kwargs) -> IngestOutcome:

@@ -3,6 +3,7 @@ import json
 from core.commands import TenantCommand
 from knowledge.versions import as_of_parse
 from retrieval.pipeline import PIPELINE_NAMES, pipeline_answer
+from retrieval.stages.rerank.near_duplicates import duplicate_lines
 
 
 class Command(TenantCommand):
@@ -19,6 +20,9 @@ class Command(TenantCommand):
         parser.add_argument("--extractive", action="store_true", help="do not call the LLM even if configured")
         parser.add_argument("--as-of", help="YYYY-MM-DD: answer from the versions current on that day")
         parser.add_argument("--json", action="store_true")
+        parser.add_argument(
+            "--no-collapse", action="store_true", help="keep every near-duplicate copy (default: the tenant's setting)"
+        )
 
     def handle(self, *args, **o):
         run = pipeline_answer(
@@ -31,6 +35,7 @@ class Command(TenantCommand):
             reverse_pack=not o["no_reverse_pack"],
             use_llm=not o["extractive"],
             as_of=as_of_parse(o["as_of"]),
+            options={"collapse": False if o["no_collapse"] else None},
         )
         if o["json"]:
             payload = run.as_dict()
@@ -44,6 +49,8 @@ class Command(TenantCommand):
             self.stdout.write(
                 f"[{d['n']}] {d['title']} (v{d['version']} of {d['version_date']}, chunk {d['chunk']}) {d['uri']}"
             )
+            for line in duplicate_lines(d):
+                self.stdout.write(f"    {line}")
         if run.degraded:
             self.stderr.write(f"Degraded: {run.degraded_reason}")
         steps = ", ".join(f"{s.stage} {s.ms:.0f} ms" for s in run.steps)

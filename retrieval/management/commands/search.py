@@ -4,6 +4,7 @@ from core.commands import TenantCommand
 from knowledge.selectors import source_ids_for_names
 from knowledge.versions import as_of_parse
 from retrieval.search import MODES, chunk_search
+from retrieval.stages.rerank.near_duplicates import duplicate_lines
 
 
 class Command(TenantCommand):
@@ -17,6 +18,9 @@ class Command(TenantCommand):
         parser.add_argument("--source", action="append", default=[], help="only these sources (repeatable)")
         parser.add_argument("--as-of", help="YYYY-MM-DD: search the versions current on that day")
         parser.add_argument("--json", action="store_true")
+        parser.add_argument(
+            "--no-collapse", action="store_true", help="keep every near-duplicate copy (default: the tenant's setting)"
+        )
 
     def handle(self, *args, **o):
         tenant = self.tenant(o["tenant"])
@@ -28,6 +32,7 @@ class Command(TenantCommand):
             mode=o["mode"],
             source_ids=source_ids,
             as_of=as_of_parse(o["as_of"]),
+            options={"collapse": False if o["no_collapse"] else None},
         )
         if o["json"]:
             payload = {"results": [r.as_dict() for r in response.results], "timings_ms": response.timings_ms}
@@ -37,4 +42,6 @@ class Command(TenantCommand):
             self.stdout.write(
                 f"{r.rank:>3}. {r.score:.4f}  {r.chunk.version.document.external_id} v{r.chunk.version.number} #{r.chunk.ordinal}  {r.chunk.heading}"
             )
+            for line in duplicate_lines(r.as_dict(with_text=False)):
+                self.stdout.write(f"       {line}")
         self.stdout.write(f"({response.timings_ms['total_ms']:.0f} ms)")

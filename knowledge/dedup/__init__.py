@@ -1,0 +1,7 @@
+"""Duplicates of a tenant's documents (issue 8 §1).
+
+Exact duplicates are found at ingestion (``DocumentVersion.duplicate_of``); near-duplicates by
+MinHash + LSH after each ingestion (``near`` for the technique, ``services`` for the writes,
+``selectors`` for retrieval's reads, ``models`` for the records, ``admin`` for curation).
+See ``docs/dedup.md``.
+"""

@@ -1,0 +1,165 @@
+"""Near-duplicate and exact-duplicate reads for retrieval (``retrieval.stages.rerank.near_duplicates``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from django.db import connection
+
+from knowledge.dedup.models import NearDuplicateMember, NearDuplicatePair
+from knowledge.models import DocumentVersion
+
+
+@dataclass
+class Place:
+    """Where a content appears: a version of a document in a source (JSON: ``as_dict``)."""
+
+    version_id: int
+    number: int
+    document_id: int
+    document: str
+    title: str
+    uri: str
+    source: str
+    source_id: int
+    published_at: object
+    ingested_at: object
+
+    @property
+    def freshness(self) -> tuple:
+        """Sort key, freshest last: dated before undated, then ``published_at``, ingestion time, id."""
+        published = self.published_at
+        return (published is not None, published.timestamp() if published else 0.0, self.ingested_at, self.version_id)
+
+    def as_dict(self) -> dict:
+        return {
+            "document": self.document,
+            "document_id": self.document_id,
+            "title": self.title,
+            "uri": self.uri,
+            "source": self.source,
+            "version": self.number,
+            "published_at": self.published_at.isoformat() if self.published_at else None,
+        }
+
+
+@dataclass
+class Duplicates:
+    """The duplicates of some versions: exact (``also_in``) and near (clusters).
+
+    ``also_in[v]``: the other current places holding version ``v``'s exact content;
+    ``cluster_of[v]``: v's cluster id; ``members[c]``: the places of cluster ``c``'s members;
+    ``pairs[(a, b)]`` (``a < b``): ``(kind, update, older version id)`` of a stored pair.
+    """
+
+    also_in: dict[int, list[Place]] = field(default_factory=dict)
+    cluster_of: dict[int, int] = field(default_factory=dict)
+    members: dict[int, list[Place]] = field(default_factory=dict)
+    pairs: dict[tuple[int, int], tuple[str, str, int]] = field(default_factory=dict)
+
+
+_PLACE_FIELDS = (
+    "id",
+    "number",
+    "document_id",
+    "document__external_id",
+    "document__title",
+    "document__uri",
+    "document__source__name",
+    "document__source_id",
+    "published_at",
+    "ingested_at",
+)
+
+
+def _place(row) -> Place:
+    return Place(*row)
+
+
+def tenant_has_duplicates(*, tenant) -> bool:
+    """Whether ``tenant`` has a near-duplicate cluster or a current exact duplicate (one query)."""
+    tenant_id = tenant if isinstance(tenant, int) else tenant.pk
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT EXISTS (SELECT 1 FROM knowledge_nearduplicatecluster WHERE tenant_id = %(tenant)s)
+                OR EXISTS (
+                    SELECT 1 FROM knowledge_documentversion v JOIN knowledge_document d ON d.id = v.document_id
+                    WHERE d.tenant_id = %(tenant)s AND v.is_current AND v.duplicate_of_id IS NOT NULL
+                )
+            """,
+            {"tenant": tenant_id},
+        )
+        return bool(cursor.fetchone()[0])
+
+
+def duplicates_for_versions(*, tenant, version_ids: list[int], near: bool = True) -> Duplicates:
+    """Exact and (when ``near``) near duplicates of ``version_ids`` in ``tenant`` only (3 queries at most).
+
+    Only current versions count as places and as cluster members.
+    """
+    found = Duplicates()
+    if not version_ids:
+        return found
+    versions = DocumentVersion.objects.for_tenant(tenant)
+    for row in (
+        versions.filter(is_current=True, duplicate_of_id__in=version_ids)
+        .order_by("document__external_id")
+        .values_list("duplicate_of_id", *_PLACE_FIELDS)
+    ):
+        found.also_in.setdefault(row[0], []).append(_place(row[1:]))
+    if not near:
+        return found
+    clustered = NearDuplicateMember.objects.for_tenant(tenant)
+    cluster_ids = set(clustered.filter(version_id__in=version_ids).values_list("cluster_id", flat=True))
+    if not cluster_ids:
+        return found
+    rows = list(
+        clustered.filter(cluster_id__in=cluster_ids, version__is_current=True).values_list(
+            "cluster_id", *(f"version__{name}" if name != "id" else "version_id" for name in _PLACE_FIELDS)
+        )
+    )
+    for row in rows:
+        place = _place(row[1:])
+        found.cluster_of[place.version_id] = row[0]
+        found.members.setdefault(row[0], []).append(place)
+    member_ids = list(found.cluster_of)
+    for older, newer, kind, update in (
+        NearDuplicatePair.objects.for_tenant(tenant)
+        .filter(older_id__in=member_ids, newer_id__in=member_ids, status=NearDuplicatePair.Status.DUPLICATE)
+        .values_list("older_id", "newer_id", "kind", "update")
+    ):
+        found.pairs[(min(older, newer), max(older, newer))] = (kind, update, older)
+    return found
+
+
+def chunk_nearest_in_versions(*, tenant, chunk_id: int, version_ids: list[int], condition=None, params=None):
+    """``(version id, chunk id)`` of the chunk closest (cosine of embeddings) to chunk ``chunk_id``
+    in the first of ``version_ids`` (in order) holding a chunk that meets ``condition``; or None.
+
+    ``condition`` is a ``psycopg.sql`` condition over the chunk alias ``c`` with named ``params``
+    (``RetrievalFilter.chunk_condition``: sources, versions, access rules), so a replacement is
+    never a chunk the query could not have seen. Chunks are ``tenant``'s and embedded by the same
+    model as ``chunk_id``. Used to show the freshest member of a near-duplicate cluster in place
+    of an older member's chunk.
+    """
+    from psycopg import sql
+
+    tenant_id = tenant if isinstance(tenant, int) else tenant.pk
+    query = sql.SQL(
+        """
+        SELECT c.version_id, c.id FROM knowledge_chunk c, knowledge_chunk q
+        WHERE q.id = %(nd_chunk)s AND q.tenant_id = %(nd_tenant)s
+          AND c.tenant_id = %(nd_tenant)s AND c.version_id = ANY(%(nd_versions)s::bigint[])
+          AND c.embedder = q.embedder AND {condition}
+        ORDER BY array_position(%(nd_versions)s::bigint[], c.version_id), c.embedding <=> q.embedding, c.ordinal
+        LIMIT 1
+        """
+    ).format(condition=condition if condition is not None else sql.SQL("TRUE"))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            query,
+            {**(params or {}), "nd_chunk": chunk_id, "nd_tenant": tenant_id, "nd_versions": list(version_ids)},
+        )
+        row = cursor.fetchone()
+    return (row[0], row[1]) if row else None
