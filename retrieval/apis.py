@@ -14,6 +14,11 @@ from retrieval.conversations import conversation_ask
 from retrieval.pipeline import PIPELINE_NAMES
 from retrieval.search import chunk_search
 
+PERSONALIZE_HELP = (
+    "Personalize for the caller (default): boost what their profile prefers and what they and their team "
+    "found useful, and describe them in the answer prompt. false: the same ranking and prompt as for anyone."
+)
+
 
 class ComponentsField(serializers.DictField):
     """Per-retriever score and rank, e.g. ``{"dense": {"score": 0.71, "rank": 1}}``."""
@@ -44,6 +49,7 @@ class SearchApi(APIView):
         k = serializers.IntegerField(min_value=1, max_value=50, default=10)
         mode = serializers.ChoiceField(choices=MODES, default="hybrid")
         sources = serializers.ListField(child=serializers.CharField(max_length=200), required=False, default=list)
+        personalize = serializers.BooleanField(default=True, help_text=PERSONALIZE_HELP)
 
     @extend_schema_serializer(component_name="SearchOutput")
     class OutputSerializer(serializers.Serializer):
@@ -72,6 +78,8 @@ class SearchApi(APIView):
             k=data["k"],
             mode=data["mode"],
             source_ids=source_ids_for_names(tenant=tenant, names=data["sources"]),
+            user=request.user,
+            options={"personalize": data["personalize"]},
         )
         output = {
             "results": [r.as_dict() for r in response.results],
@@ -101,6 +109,7 @@ class AskApi(APIView):
             required=False,
             help_text="Continue this conversation (its id from an earlier answer); without it a new one starts.",
         )
+        personalize = serializers.BooleanField(default=True, help_text=PERSONALIZE_HELP)
 
     @extend_schema_serializer(component_name="AskOutput")
     class OutputSerializer(serializers.Serializer):
@@ -170,4 +179,5 @@ class AskApi(APIView):
             "reverse_pack": data["reverse_pack"],
             "use_llm": not data["extractive"],
             "source_ids": source_ids_for_names(tenant=tenant, names=data["sources"]),
+            "options": {"personalize": data.get("personalize", True)},
         }

@@ -17,10 +17,15 @@ class Command(TenantCommand):
         parser.add_argument("--no-reverse-pack", action="store_true")
         parser.add_argument("--extractive", action="store_true", help="do not call the LLM even if configured")
         parser.add_argument("--json", action="store_true")
+        parser.add_argument("--user", help="ask as this member of the tenant (personalized, on their trace)")
+        parser.add_argument("--no-personalize", action="store_true", help="with --user: rank and prompt as for anyone")
 
     def handle(self, *args, **o):
+        tenant = self.tenant(o["tenant"])
         run = pipeline_answer(
-            tenant=self.tenant(o["tenant"]),
+            tenant=tenant,
+            user=self.member(tenant, o["user"]),
+            options={"personalize": not o["no_personalize"]},
             question=o["question"],
             pipeline=o["pipeline"],
             k=o["k"],

@@ -15,11 +15,21 @@ class Command(TenantCommand):
         parser.add_argument("--mode", choices=MODES, default="hybrid")
         parser.add_argument("--source", action="append", default=[], help="only these sources (repeatable)")
         parser.add_argument("--json", action="store_true")
+        parser.add_argument("--user", help="search as this member of the tenant (personalized ranking)")
+        parser.add_argument("--no-personalize", action="store_true", help="with --user: rank as for anyone")
 
     def handle(self, *args, **o):
         tenant = self.tenant(o["tenant"])
         source_ids = source_ids_for_names(tenant=tenant, names=o["source"])
-        response = chunk_search(tenant=tenant, query=o["query"], k=o["k"], mode=o["mode"], source_ids=source_ids)
+        response = chunk_search(
+            tenant=tenant,
+            query=o["query"],
+            k=o["k"],
+            mode=o["mode"],
+            source_ids=source_ids,
+            user=self.member(tenant, o["user"]),
+            options={"personalize": not o["no_personalize"]},
+        )
         if o["json"]:
             payload = {"results": [r.as_dict() for r in response.results], "timings_ms": response.timings_ms}
             self.stdout.write(json.dumps(payload, ensure_ascii=False))
