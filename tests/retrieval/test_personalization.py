@@ -322,7 +322,10 @@ def test_a_personalized_answer_with_the_real_local_llm_carries_the_user_layer(gu
 
     _profiled(member)
     llm = LLMClient(MODEL_ALIAS, base_url=local_llm_url, api_key="local", timeout_s=600)
-    run = pipeline_answer(tenant=guides, question=QUESTION, user=member, llm=llm, k=2, trace=True)
+    llm.chat([{"role": "user", "content": "Hi"}], max_tokens=1)  # a loaded machine's first call is the slow one
+    run = pipeline_answer(
+        tenant=guides, question=QUESTION, user=member, llm=llm, k=2, strategy="top_n", trace=True
+    )
     generate = next(step for step in run.steps if step.stage == "generate")
     assert not generate.error, generate.error
     assert run.answer.mode == "llm" and run.answer.text
