@@ -7,6 +7,7 @@ from people.apis import ProfileApi
 from retrieval.apis import AskApi, SearchApi
 from retrieval.conversation_apis import ConversationDetailApi, ConversationListApi
 from retrieval.feedback_apis import FeedbackApi
+from retrieval.history_apis import CitationOpenApi
 from retrieval.stream_apis import AskStreamApi
 from retrieval.trace_apis import TraceDetailApi
 
@@ -23,6 +24,7 @@ urlpatterns = [
     path("conversations/<int:conversation_id>/", ConversationDetailApi.as_view(), name="conversation-detail"),
     path("traces/<int:trace_id>/", TraceDetailApi.as_view(), name="trace-detail"),
     path("traces/<int:trace_id>/feedback/", FeedbackApi.as_view(), name="trace-feedback"),
+    path("traces/<int:trace_id>/citations/<int:n>/open/", CitationOpenApi.as_view(), name="citation-open"),
     path("profile/", ProfileApi.as_view(), name="profile"),
     path("settings/retrieval/", include("quality.api_urls")),
 ]

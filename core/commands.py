@@ -24,3 +24,20 @@ class TenantCommand(BaseCommand):
         if tenant is None:
             raise CommandError(f"No tenant {slug!r}; create it with `manage.py createtenant {slug}`.")
         return tenant
+
+    @staticmethod
+    def member(tenant, username: str | None):
+        """The user ``username`` if they are a member of ``tenant`` (``None`` for no username);
+        ``CommandError`` otherwise."""
+        if not username:
+            return None
+        membership = (
+            apps.get_model("knowledge", "Membership")
+            .objects.for_tenant(tenant)
+            .select_related("user")
+            .filter(user__username=username)
+            .first()
+        )
+        if membership is None:
+            raise CommandError(f"No member {username!r} in tenant {tenant.slug!r}.")
+        return membership.user

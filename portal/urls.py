@@ -16,6 +16,7 @@ urlpatterns = [
     path("", views.ask, name="ask"),
     path("ask/stream/", views.ask_stream, name="ask-stream"),
     path("feedback/", views.feedback, name="feedback"),
+    path("answers/<int:trace_id>/citations/<int:n>/", views.citation_open, name="citation-open"),
     path("conversations/", views.conversations, name="conversations"),
     path("profile/", views.profile, name="profile"),
     path("sources/", views.sources, name="sources"),

@@ -14,7 +14,7 @@ from django import forms
 from django.conf import global_settings
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, JsonResponse, StreamingHttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.html import escape, format_html
@@ -34,6 +34,7 @@ from people.models import Profile
 from people.services import profile_get, profile_update
 from retrieval.conversations import conversation_ask
 from retrieval.feedback import MAX_COMMENT_CHARS, feedback_give
+from retrieval.history import citation_open as history_citation_open
 from retrieval.pipeline import PIPELINE_NAMES
 from retrieval.selectors import conversation_get, conversation_list
 from retrieval.streaming import CONTENT_TYPE, HEADERS, answer_events
@@ -60,6 +61,12 @@ class AskForm(forms.Form):
         widget=forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d"),
         label="As of",
         help_text="Answer from the document versions current on that day (empty: current versions).",
+    )
+    personalize = forms.BooleanField(
+        required=False,
+        initial=True,
+        label="Personalize",
+        help_text="Rank what your profile prefers and you found useful higher, and shape the answer for you.",
     )
 
 
@@ -101,8 +108,11 @@ def tenant_required(view):
     return login_required(wrapper)
 
 
-def citation_url(citation: dict) -> str:
-    """The document page of the cited version, scrolled to the cited chunk."""
+def citation_url(citation: dict, *, trace_id: int | None = None) -> str:
+    """The document page of the cited version, scrolled to the cited chunk; through
+    ``citation_open`` (which records the opening for personalization) when the answer has a trace."""
+    if trace_id:
+        return reverse("portal:citation-open", args=[trace_id, citation["n"]])
     path = reverse("portal:document", args=[citation["document_id"]])
     return f"{path}?version={citation['version']}#chunk-{citation['chunk']}"
 
@@ -141,6 +151,7 @@ def ask(request, tenant):
                 pipeline=form.cleaned_data["pipeline"] or None,
                 conversation_id=form.cleaned_data["conversation"],
                 as_of=form.cleaned_data["as_of"],
+                options={"personalize": form.cleaned_data["personalize"]},
             ).as_dict()
         except NotFound:
             form.add_error(None, "That conversation is not yours or no longer exists; start a new one.")
@@ -154,7 +165,13 @@ def ask(request, tenant):
                     can_participate=membership_for_user(request.user).can_participate,
                 )
             )
-            form = AskForm(initial={"conversation": answer.get("conversation_id"), "as_of": form.cleaned_data["as_of"]})
+            form = AskForm(
+                initial={
+                    "conversation": answer.get("conversation_id"),
+                    "as_of": form.cleaned_data["as_of"],
+                    "personalize": form.cleaned_data["personalize"],
+                }
+            )
             context["form"] = form
     elif request.method == "GET" and form.initial.get("conversation"):
         try:
@@ -196,7 +213,7 @@ def answer_context(answer: dict, *, thread: dict | None = None, can_participate:
     escaped HTML with linked ``[n]`` (``answer_html``), its ``citations`` with their ``url`` and
     the conversation's earlier turns (``thread``, from ``thread_context``); feedback forms show
     when ``can_participate`` (not for viewers)."""
-    citations = [{**c, "url": citation_url(c)} for c in answer["citations"]]
+    citations = [{**c, "url": citation_url(c, trace_id=answer.get("trace_id"))} for c in answer["citations"]]
     return {
         "thread": thread,
         "can_participate": can_participate,
@@ -239,8 +256,25 @@ def ask_stream(request, tenant):
         pipeline=form.cleaned_data["pipeline"] or None,
         conversation_id=form.cleaned_data["conversation"],
         as_of=form.cleaned_data["as_of"],
+        options={"personalize": form.cleaned_data["personalize"]},
     )
     return StreamingHttpResponse(events, content_type=CONTENT_TYPE, headers=HEADERS)
+
+
+@require_GET
+@tenant_required
+def citation_open(request, tenant, trace_id: int, n: int):
+    """A citation link of an answer: record that the user opened it (``retrieval.history.citation_open``,
+    read by personalization) and redirect to the cited chunk of the document page. 404 for an
+    answer that is not the user's or a citation it does not have."""
+    try:
+        opened = history_citation_open(tenant=tenant, user=request.user, trace_id=trace_id, citation=n)
+    except NotFound as exc:
+        raise Http404(exc.message) from exc
+    url = reverse("portal:document", args=[opened.document_id])
+    if opened.version is not None:
+        url += f"?version={opened.version}#chunk-{opened.chunk}"
+    return redirect(url)
 
 
 @require_POST

@@ -15,6 +15,10 @@ from retrieval.pipeline import PIPELINE_NAMES
 from retrieval.search import chunk_search
 
 COLLAPSE_HELP = "Collapse near-duplicate documents to the freshest (default: the tenant's setting, on)."
+PERSONALIZE_HELP = (
+    "Personalize for the caller (default): boost what their profile prefers and what they and their team "
+    "found useful, and describe them in the answer prompt. false: the same ranking and prompt as for anyone."
+)
 
 
 class ComponentsField(serializers.DictField):
@@ -55,6 +59,7 @@ class SearchApi(APIView):
             help_text="YYYY-MM-DD: use the document versions current on that day (default: current versions).",
         )
         collapse = serializers.BooleanField(required=False, allow_null=True, default=None, help_text=COLLAPSE_HELP)
+        personalize = serializers.BooleanField(default=True, help_text=PERSONALIZE_HELP)
 
     @extend_schema_serializer(component_name="SearchOutput")
     class OutputSerializer(serializers.Serializer):
@@ -91,7 +96,8 @@ class SearchApi(APIView):
             mode=data["mode"],
             source_ids=source_ids_for_names(tenant=tenant, names=data["sources"]),
             as_of=data.get("as_of"),
-            options={"collapse": data["collapse"]},
+            user=request.user,
+            options={"collapse": data["collapse"], "personalize": data["personalize"]},
         )
         output = {
             "results": [r.as_dict() for r in response.results],
@@ -128,6 +134,7 @@ class AskApi(APIView):
             input_formats=["%Y-%m-%d"],
             help_text="YYYY-MM-DD: use the document versions current on that day (default: current versions).",
         )
+        personalize = serializers.BooleanField(default=True, help_text=PERSONALIZE_HELP)
 
     @extend_schema_serializer(component_name="AskOutput")
     class OutputSerializer(serializers.Serializer):
@@ -201,5 +208,5 @@ class AskApi(APIView):
             "use_llm": not data["extractive"],
             "source_ids": source_ids_for_names(tenant=tenant, names=data["sources"]),
             "as_of": data.get("as_of"),
-            "options": {"collapse": data["collapse"]},
+            "options": {"collapse": data["collapse"], "personalize": data.get("personalize", True)},
         }

@@ -235,3 +235,38 @@ class Turn(models.Model):
 
     def __str__(self) -> str:
         return f"{self.order}. {self.question[:60]}"
+
+
+class CitationOpen(models.Model):
+    """A user opened citation ``[citation]`` of an answer (the trace): the history personalization reads.
+
+    Recorded by ``retrieval.history.citation_open`` when the portal's citation link (or the API)
+    is followed. ``document`` and ``source`` are the cited passage's, as for ``Feedback``. One row
+    per user, trace and citation; ``opens`` counts the openings and ``opened_at`` is the latest.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="citation_opens")
+    trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="citation_opens")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="citation_opens")
+    citation = models.PositiveSmallIntegerField(help_text="[n] of the answer.")
+    document = models.ForeignKey(Document, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    source = models.ForeignKey(Source, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    opens = models.PositiveIntegerField(default=1)
+    opened_at = models.DateTimeField(auto_now=True)
+
+    objects = TenantScopedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-opened_at", "-id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(citation__gte=1), name="citationopen_citation_positive"),
+            models.CheckConstraint(condition=Q(opens__gte=1), name="citationopen_opens_positive"),
+            models.UniqueConstraint(fields=["trace", "user", "citation"], name="citationopen_one_per_user_citation"),
+        ]
+        indexes = [
+            # ``personal_signals_get``: the documents a tenant's users (one, or a team) opened.
+            models.Index(fields=["tenant", "user"], name="citationopen_tenant_user_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"[{self.citation}] of trace {self.trace_id} opened {self.opens}x"

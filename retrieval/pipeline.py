@@ -117,7 +117,14 @@ class PipelineSpec:
     themes_distance: float = 0.5
 
     # ---- personalization (issue 9 §2) ----
-
+    # The ``personal`` reranker (retrieval.stages.rerank.personal, docs/personalization.md): factor
+    # 1 + boost (preferred source) + useful_boost x usefulness, within 1 +- cap; a muted source's
+    # results x (1 - mute); only results within ``band`` of the top score are reordered.
+    personal_boost: float = 0.1
+    personal_useful_boost: float = 0.1
+    personal_cap: float = 0.2
+    personal_mute: float = 0.2
+    personal_band: float = 0.15
     # ----
     search: SearchConfig = field(default_factory=SearchConfig)
 
@@ -153,6 +160,11 @@ _OPTION_RULES = {
     "themes_threshold": (0.0, 1.0),
     "themes_distance": (0.05, 2.0),
     # ---- personalization (issue 9 §2) ----
+    "personal_boost": (0.0, 1.0),
+    "personal_useful_boost": (0.0, 1.0),
+    "personal_cap": (0.0, 1.0),
+    "personal_mute": (0.0, 1.0),
+    "personal_band": (0.0, 1.0),
     # ----
 }
 SETTING_KEYS = ("pipeline", *_OPTION_RULES, *(f.name for f in fields(SearchConfig)))
@@ -298,7 +310,10 @@ def _options(options: dict | None) -> dict:
     unknown = sorted(set(options or {}) - set(REQUEST_OPTIONS))
     if unknown:
         raise InvalidInput(f"Unknown request option(s): {', '.join(unknown)}.")
-    return {**REQUEST_OPTIONS, **(options or {})}
+    merged = {**REQUEST_OPTIONS, **(options or {})}
+    if not isinstance(merged["personalize"], bool):
+        raise InvalidInput(f"Option 'personalize' must be true or false, not {merged['personalize']!r}.")
+    return merged
 
 
 def retrieval_filter(*, tenant, user=None, source_ids=None, as_of: date | None = None) -> RetrievalFilter:

@@ -260,6 +260,22 @@ def themes_stage(run: RunContext, results: list[SearchResult], *, k: int) -> lis
     return results
 
 
+def user_layer_for(run: RunContext, question: str) -> str | None:
+    """The answer prompt's user layer (``retrieval.personalization.user_layer_compose``) when the
+    request personalizes and someone is signed in, else ``None``; its summary goes to
+    ``run.user_layer_summary`` (``None`` when off) for the generate step's trace."""
+    run.user_layer_summary = None
+    if not run.options.get("personalize", True) or run.user is None:
+        return None
+    from retrieval.personalization import user_layer_compose
+
+    layer = user_layer_compose(tenant=run.tenant, user=run.user, where=run.where, question=question)
+    if layer is None:
+        return None
+    text, run.user_layer_summary = layer
+    return text
+
+
 def generate_stage(run: RunContext, question: str, passages: list[Passage], *, reverse_pack: bool) -> Answer:
     """The generate step: the LLM's cited answer (streamed as ``token`` events when the run
     streams), or the extractive answer without an LLM or when the LLM fails (then degraded)."""
@@ -270,9 +286,12 @@ def generate_stage(run: RunContext, question: str, passages: list[Passage], *, r
         else:
             answer = None
             if run.llm is not None:
+                user_layer = user_layer_for(run, question)  # issue 9 §2 (b): None unless personalized
                 try:
                     if run.streaming:
-                        tokens = answer_stream(question, passages, llm=run.llm, reverse_pack=reverse_pack)
+                        tokens = answer_stream(
+                            question, passages, llm=run.llm, reverse_pack=reverse_pack, user_layer=user_layer
+                        )
                         while True:
                             try:
                                 run.emit("token", {"text": next(tokens)})
@@ -281,8 +300,11 @@ def generate_stage(run: RunContext, question: str, passages: list[Passage], *, r
                                 break
                         step.usage = run.llm.last_stream_usage or Usage(llm_calls=1)
                     else:
-                        answer, step.usage = answer_generate(question, passages, llm=run.llm, reverse_pack=reverse_pack)
+                        answer, step.usage = answer_generate(
+                            question, passages, llm=run.llm, reverse_pack=reverse_pack, user_layer=user_layer
+                        )
                     step.summary = {"mode": "llm", "model": getattr(run.llm, "name", ""), "reply": answer.text}
+                    step.summary["user_layer"] = run.user_layer_summary
                 except LLMError as exc:
                     run.llm_failed("generate", exc, step)
             if answer is None:

@@ -39,14 +39,16 @@ def chunk_search(
     source_ids: list[int] | None = None,
     config: SearchConfig | None = None,
     as_of=None,
+    user=None,
     options: dict | None = None,
 ) -> SearchResponse:
     """Search the tenant's chunks; the top ``k`` with each retriever's score and rank.
 
     ``mode`` is hybrid (lexical + dense, fused), lexical or dense; ``config`` defaults to the
     tenant's. ``InvalidInput`` for an empty or over-long query, ``k`` outside 1-200 or an
-    unknown mode. ``as_of`` (a ``date``) searches the versions current on that day; ``options``
-    are per-request switches (``retrieval.pipeline.REQUEST_OPTIONS``).
+    unknown mode. ``as_of`` (a ``date``) searches the versions current on that day; ``user`` is who
+    asks (access rules, personalization); ``options`` are per-request switches
+    (``retrieval.pipeline.REQUEST_OPTIONS``).
     """
     spec = pipeline_spec(tenant=tenant, name="simple")
     if config is not None:
@@ -59,6 +61,7 @@ def chunk_search(
         mode=mode,
         source_ids=source_ids,
         as_of=as_of,
+        user=user,
         options=options,
     )
     return SearchResponse(results=run.results, timings_ms=run.timings_ms, mode=mode, config=spec.search)

@@ -23,10 +23,14 @@ class Command(TenantCommand):
         parser.add_argument(
             "--no-collapse", action="store_true", help="keep every near-duplicate copy (default: the tenant's setting)"
         )
+        parser.add_argument("--user", help="ask as this member of the tenant (personalized, on their trace)")
+        parser.add_argument("--no-personalize", action="store_true", help="with --user: rank and prompt as for anyone")
 
     def handle(self, *args, **o):
+        tenant = self.tenant(o["tenant"])
         run = pipeline_answer(
-            tenant=self.tenant(o["tenant"]),
+            tenant=tenant,
+            user=self.member(tenant, o["user"]),
             question=o["question"],
             pipeline=o["pipeline"],
             k=o["k"],
@@ -35,7 +39,7 @@ class Command(TenantCommand):
             reverse_pack=not o["no_reverse_pack"],
             use_llm=not o["extractive"],
             as_of=as_of_parse(o["as_of"]),
-            options={"collapse": False if o["no_collapse"] else None},
+            options={"collapse": False if o["no_collapse"] else None, "personalize": not o["no_personalize"]},
         )
         if o["json"]:
             payload = run.as_dict()

@@ -21,6 +21,8 @@ class Command(TenantCommand):
         parser.add_argument(
             "--no-collapse", action="store_true", help="keep every near-duplicate copy (default: the tenant's setting)"
         )
+        parser.add_argument("--user", help="search as this member of the tenant (personalized ranking)")
+        parser.add_argument("--no-personalize", action="store_true", help="with --user: rank as for anyone")
 
     def handle(self, *args, **o):
         tenant = self.tenant(o["tenant"])
@@ -32,7 +34,8 @@ class Command(TenantCommand):
             mode=o["mode"],
             source_ids=source_ids,
             as_of=as_of_parse(o["as_of"]),
-            options={"collapse": False if o["no_collapse"] else None},
+            user=self.member(tenant, o["user"]),
+            options={"collapse": False if o["no_collapse"] else None, "personalize": not o["no_personalize"]},
         )
         if o["json"]:
             payload = {"results": [r.as_dict() for r in response.results], "timings_ms": response.timings_ms}
