@@ -9,10 +9,10 @@ mode the query is embedded while the BM25 query runs (``candidates_retrieve``). 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from retrieval.config import FUSIONS, MAX_QUERY_CHARS, MODES, SearchConfig
-from retrieval.pipeline import PipelineSpec, pipeline_retrieve
+from retrieval.pipeline import pipeline_retrieve, pipeline_spec
 from retrieval.types import SearchResult
 
 __all__ = ["FUSIONS", "MAX_QUERY_CHARS", "MODES", "SearchConfig", "SearchResponse", "SearchResult", "chunk_search"]
@@ -45,6 +45,7 @@ def chunk_search(
     tenant's. ``InvalidInput`` for an empty or over-long query, ``k`` outside 1-200 or an
     unknown mode.
     """
-    spec = PipelineSpec(name="simple", search=config or SearchConfig.for_tenant(tenant))
+    # The tenant's signal-rerank settings (recency, diversity, ...) apply to search too.
+    spec = replace(pipeline_spec(tenant=tenant, name="simple"), search=config or SearchConfig.for_tenant(tenant))
     run = pipeline_retrieve(tenant=tenant, query=query, pipeline=spec, k=k, mode=mode, source_ids=source_ids)
     return SearchResponse(results=run.results, timings_ms=run.timings_ms, mode=mode, config=spec.search)
