@@ -1,7 +1,7 @@
 """Ranking signals (issue 8 §3 recency and quality, §4 diversity) on the dev sets and the demo tenant.
 
-Usage: python benchmarks/ranking_signals.py [--datasets bioasq hotpotqa rag4p] [--demo demo]
-       [--keep] [--skip-datasets]
+Usage: python benchmarks/ranking_signals.py [--datasets rag4p hotpotqa bioasq] [--demo demo]
+       [--mini-demo] [--keep] [--latency ROUNDS]
 Prints one JSON object. For each dev set (ingested into ``bench-<name>`` like
 ``benchmarks/retrieval_quality.py`` does, reusing its ``tenant_for``) every variant of
 ``DATASET_VARIANTS`` runs the ``simple`` pipeline in hybrid mode over the judgment list (100
@@ -9,7 +9,8 @@ chunks per query, as ``quality.services.evaluation_run`` does) and reports nDCG@
 hit@1 (the project's metrics, ``quality.metrics``) and the mean number of distinct documents and
 sources among the top 10 chunks; ``delta_ndcg@10`` is against ``off``. On the demo tenant
 (``--demo``, built by ``scripts/demo.sh --no-serve``) ``DEMO_QUESTIONS`` run with k = 10 under
-``DEMO_VARIANTS`` and report distinct documents and sources in the top 10, how many of the top 3
+``DEMO_VARIANTS`` (``--mini-demo``: a smaller tenant with the demo's five sources, ``MINI_DEMO``,
+built first) and report distinct documents and sources in the top 10, how many of the top 3
 are release notes, and where the current reference ranks for the primary-key question.
 """
 
@@ -18,30 +19,42 @@ import json
 import statistics
 import sys
 
-from _setup import django_setup
-from retrieval_quality import DATASETS, tenant_for
+from _setup import ROOT, django_setup
+from retrieval_quality import DATASETS, DATASETS_DIR, tenant_for
 from search_latency import QUESTIONS as LATENCY_QUESTIONS
 
+if not DATASETS_DIR.is_dir():  # run from a git worktree (/work/wt/<name>): the datasets are two levels up
+    DATASETS = {
+        name: [ROOT.parent.parent / path.relative_to(ROOT.parent) for path in paths] for name, paths in DATASETS.items()
+    }
+
+DEFAULTS: dict = {}  # the tenant's settings as shipped: recency on, diversity off
 OFF = {"recency": "off", "diversity": "off"}
 DATASET_VARIANTS = {
-    "off": OFF,
-    "recency (defaults)": {"recency": "on"},
-    "recency, ingestion dates, half-life 365 d": {
-        "recency": "on",
-        "recency_undated": "ingested",
-        "recency_half_life_days": 365.0,
-    },
-    "caps 1/document": {"diversity": "caps", "diversity_per_document": 1, "diversity_per_source": 0},
-    "caps 2/document": {"diversity": "caps", "diversity_per_document": 2, "diversity_per_source": 0},
-    "caps 3/document": {"diversity": "caps", "diversity_per_document": 3, "diversity_per_source": 0},
-    "mmr lambda 0.5": {"diversity": "mmr", "mmr_lambda": 0.5},
+    "defaults": DEFAULTS,
+    "recency, ingestion dates, half-life 365 d": {"recency_undated": "ingested", "recency_half_life_days": 365.0},
+    "caps 1/document": {"diversity": "caps", "diversity_per_document": 1},
+    "caps 2/document": {"diversity": "caps", "diversity_per_document": 2},
     "mmr lambda 0.7": {"diversity": "mmr", "mmr_lambda": 0.7},
     "mmr lambda 0.9": {"diversity": "mmr", "mmr_lambda": 0.9},
+}
+# A smaller tenant shaped like the demo's (its five sources, the releases source with a one-year
+# half-life), for machines where ingesting all 10,738 demo chunks takes too long: the parts of
+# Django's docs that the demo questions hit. Paths are relative to Django's ``docs/``.
+MINI_DEMO = {
+    "topics": ["topics/db", "topics/cache.txt", "topics/email.txt", "topics/signals.txt"],
+    "howto": ["howto/custom-model-fields.txt", "howto/custom-management-commands.txt"],
+    "ref": ["ref/models", "ref/settings.txt", "ref/csrf.txt"],
+    "intro-faq": ["faq"],
+    "releases": [
+        f"releases/{v}.txt" for v in ("3.2", "4.0", "4.1", "4.2", "5.0", "5.1", "5.2", "5.2.1", "5.2.2", "5.2.3")
+    ],
 }
 PRIMARY_KEY = "What is the default primary key type?"
 DEMO_QUESTIONS = [PRIMARY_KEY, "How do I write a custom model field?", *LATENCY_QUESTIONS]
 DEMO_VARIANTS = {
     "off": OFF,
+    "recency floor 0 (no floor)": {"recency": "on", "recency_floor": 0.0},
     "recency floor 0.25": {"recency": "on", "recency_floor": 0.25},
     "recency floor 0.5 (default)": {"recency": "on", "recency_floor": 0.5},
     "recency floor 0.75": {"recency": "on", "recency_floor": 0.75},
@@ -170,16 +183,97 @@ def demo_measure(slug: str) -> dict:
     return out
 
 
+LATENCY_VARIANTS = {
+    "stages off": OFF,
+    "recency": {"recency": "on", "diversity": "off"},
+    "recency + caps": {"recency": "on", "diversity": "caps", "diversity_per_document": 2},
+    "recency + mmr": {"recency": "on", "diversity": "mmr", "mmr_lambda": 0.7},
+}
+
+
+def latency_measure(slug: str, *, rounds: int) -> dict:
+    """Hybrid search p50/p95 (ms, k = 10, query embedding included) per ``LATENCY_VARIANTS``.
+
+    The variants take turns on each question (like ``benchmarks/search_latency.py`` interleaves
+    modes), so background load weighs on all alike; ``p50_over_off`` is each p50 over the
+    stages-off p50.
+    """
+    import time
+
+    from search_latency import percentile
+
+    from knowledge.embedders import get_embedder
+    from knowledge.models import Tenant
+    from retrieval.pipeline import pipeline_retrieve
+
+    tenant = Tenant.objects.get(slug=slug)
+    embedder = get_embedder(tenant.embedder)
+    for question in LATENCY_QUESTIONS:  # warm-up
+        pipeline_retrieve(tenant=tenant, query=question, pipeline="simple", mode="hybrid", k=10)
+    times: dict[str, list[float]] = {label: [] for label in LATENCY_VARIANTS}
+    for _ in range(rounds):
+        for question in LATENCY_QUESTIONS:
+            for label, overrides in LATENCY_VARIANTS.items():
+                if hasattr(embedder, "query_cache_clear"):
+                    embedder.query_cache_clear()
+                started = time.perf_counter()
+                pipeline_retrieve(
+                    tenant=tenant, query=question, pipeline="simple", mode="hybrid", k=10, overrides=overrides
+                )
+                times[label].append((time.perf_counter() - started) * 1000)
+    off = percentile(times["stages off"], 50)
+    return {
+        label: {
+            "p50_ms": round(percentile(values, 50), 1),
+            "p95_ms": round(percentile(values, 95), 1),
+            "p50_over_off": round(percentile(values, 50) / off, 3),
+        }
+        for label, values in times.items()
+    } | {"queries_per_variant": len(LATENCY_QUESTIONS) * rounds}
+
+
+def mini_demo_build(slug: str) -> str:
+    """The tenant ``slug`` holding ``MINI_DEMO`` (the demo's sources over part of Django's docs)."""
+    from django.conf import settings
+
+    from demo.services import DOCS_URL, SOURCES, django_docs_download
+    from knowledge.models import Tenant
+    from knowledge.services import paths_ingest, source_get_or_create, tenant_create
+
+    tenant = Tenant.objects.filter(slug=slug).first() or tenant_create(slug=slug, name="Demo subset")
+    docs = django_docs_download(downloads=settings.KB_DATA_DIR / "downloads", log=log)
+    for spec in SOURCES:
+        source = source_get_or_create(tenant=tenant, name=spec.name, half_life_days=spec.half_life_days)
+        report = paths_ingest(
+            tenant=tenant,
+            source=source,
+            paths=[docs / path for path in MINI_DEMO[spec.name]],
+            root=docs,
+            fmt="rst",
+            uri_prefix=DOCS_URL,
+            exclude=["*_images/*"],
+        )
+        log(f"{slug} {spec.name}: {report.counts()}")
+    return slug
+
+
 def main() -> None:
     django_setup()
     parser = argparse.ArgumentParser()
-    parser.add_argument("--datasets", nargs="*", default=list(DATASETS), choices=list(DATASETS))
+    parser.add_argument("--datasets", nargs="*", default=["rag4p", "hotpotqa", "bioasq"], choices=list(DATASETS))
     parser.add_argument("--demo", default="demo", help="demo tenant slug ('' to skip)")
+    parser.add_argument("--mini-demo", action="store_true", help="build and measure the MINI_DEMO tenant instead")
     parser.add_argument("--keep", action="store_true", help="keep the bench-* tenants for the next run")
+    parser.add_argument("--latency", type=int, default=0, metavar="ROUNDS", help="also time the demo tenant")
     args = parser.parse_args()
-    output = {"datasets": datasets_measure(args.datasets, keep=args.keep)}
+    output = {}
+    if args.mini_demo:
+        args.demo = mini_demo_build("demo-subset")
+    output["datasets"] = datasets_measure(args.datasets, keep=args.keep)
     if args.demo:
         output["demo"] = demo_measure(args.demo)
+        if args.latency:
+            output["demo"]["latency"] = latency_measure(args.demo, rounds=args.latency)
     print(json.dumps(output, indent=2))
 
 
