@@ -7,7 +7,7 @@ Prints one JSON object. For each dev set (ingested into ``bench-<name>`` like
 ``DATASET_VARIANTS`` runs the ``simple`` pipeline in hybrid mode over the judgment list (100
 chunks per query, as ``quality.services.evaluation_run`` does) and reports nDCG@10, recall@10,
 hit@1 (the project's metrics, ``quality.metrics``) and the mean number of distinct documents and
-sources among the top 10 chunks; ``delta_ndcg@10`` is against ``off``. On the demo tenant
+sources among the top 10 chunks; ``delta_ndcg@10`` is against ``defaults`` (recency on, diversity off). On the demo tenant
 (``--demo``, built by ``scripts/demo.sh --no-serve``) ``DEMO_QUESTIONS`` run with k = 10 under
 ``DEMO_VARIANTS`` (``--mini-demo``: a smaller tenant with the demo's five sources, ``MINI_DEMO``,
 built first) and report distinct documents and sources in the top 10, how many of the top 3
@@ -129,7 +129,7 @@ def datasets_measure(names: list[str], *, keep: bool) -> dict:
                     tenant=tenant, judgments=judgments, duplicates=duplicates, overrides=overrides
                 )
                 log(f"{name} [{label}]: {json.dumps(variants[label])}")
-            base = variants["off"]["ndcg@10"]
+            base = variants["defaults"]["ndcg@10"]
             for data in variants.values():
                 data["delta_ndcg@10"] = round(data["ndcg@10"] - base, 4)
             out[name] = {"queries": len(judgments), "variants": variants}

@@ -14,7 +14,8 @@ tenant by ``diversity``:
     reranking for reordering documents and producing summaries", SIGIR 1998): pick greedily
     ``argmax lambda * rel(d) - (1 - lambda) * max_{s in S} cos(d, s)`` where ``rel`` is the
     fused score min-max normalized over the candidates and ``cos`` the cosine similarity of the
-    chunk embeddings (loaded in one query), ``lambda = mmr_lambda``.
+    chunk embeddings (pgvector computes the candidates' pairwise similarities in one query),
+    ``lambda = mmr_lambda``.
 
 Each result's ``components["diversity"]`` says what the stage saw (the document's and source's
 running counts, or the MMR terms).
@@ -23,8 +24,7 @@ running counts, or the MMR terms).
 from __future__ import annotations
 
 import numpy as np
-
-from knowledge.models import Chunk
+from django.db import connection
 
 
 def active(run) -> bool:
@@ -61,26 +61,42 @@ def results_cap(results, *, per_document: int, per_source: int):
     return kept + deferred, len(deferred)
 
 
-def _embeddings(results, *, tenant) -> np.ndarray:
-    """The results' chunk embeddings as unit rows (one query, scoped to ``tenant``)."""
+# Cosine similarity of every pair of the candidates' embeddings, computed by pgvector (``<=>`` is
+# the cosine distance): a row per chunk, its similarities ordered by the other chunk's id.
+# Cheaper than sending the vectors as text and parsing them (measured: a third of the time).
+_SIMILARITIES = """SELECT a.id, array_agg(1 - (a.embedding <=> b.embedding) ORDER BY b.id)
+FROM knowledge_chunk a
+JOIN knowledge_chunk b ON b.tenant_id = a.tenant_id AND b.id = ANY(%(ids)s::bigint[])
+WHERE a.tenant_id = %(tenant)s AND a.id = ANY(%(ids)s::bigint[])
+GROUP BY a.id"""
+
+
+def _similarities(results, *, tenant) -> np.ndarray:
+    """The cosine similarity matrix of the results' chunk embeddings, in ``results`` order.
+
+    One query, scoped to ``tenant`` (both sides of every pair are the tenant's chunks).
+    """
     ids = [r.chunk.pk for r in results]
-    vectors = dict(Chunk.objects.filter(tenant_id=tenant.pk, pk__in=ids).values_list("pk", "embedding"))
-    matrix = np.array([np.asarray(vectors[pk], dtype=np.float32) for pk in ids])
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    return matrix / np.where(norms == 0, 1.0, norms)
+    with connection.cursor() as cursor:
+        cursor.execute(_SIMILARITIES, {"tenant": tenant.pk, "ids": ids})
+        rows = dict(cursor.fetchall())
+    ordered = sorted(rows)
+    position = {pk: i for i, pk in enumerate(ordered)}
+    matrix = np.array([rows[pk] for pk in ordered], dtype=np.float64)
+    order = [position[pk] for pk in ids]
+    return matrix[np.ix_(order, order)]
 
 
-def results_mmr(results, *, vectors: np.ndarray, lam: float, k: int):
+def results_mmr(results, *, similarity: np.ndarray, lam: float, k: int):
     """The first ``k`` of ``results`` chosen by MMR (Carbonell and Goldstein 1998), then the rest.
 
-    ``vectors``: one unit embedding row per result. Relevance is the fused score min-max
+    ``similarity``: the results' pairwise cosine similarities (n x n, ``results`` order). Relevance is the fused score min-max
     normalized to [0, 1]. Returns the reordered results (all of them: the unpicked follow in their
     original order).
     """
     scores = np.array([r.score for r in results], dtype=np.float64)
     spread = scores.max() - scores.min()
     relevance = (scores - scores.min()) / spread if spread > 0 else np.ones_like(scores)
-    similarity = vectors @ vectors.T
     n = len(results)
     picked: list[int] = []
     max_sim = np.full(n, 0.0)
@@ -122,8 +138,8 @@ def rerank(run, results, *, k: int):
         return results, {"method": spec.diversity, "results": len(results)}
     before = distinct(results)
     if spec.diversity == "mmr":
-        vectors = _embeddings(results, tenant=run.tenant)
-        results = results_mmr(results, vectors=vectors, lam=spec.mmr_lambda, k=k)
+        similarity = _similarities(results, tenant=run.tenant)
+        results = results_mmr(results, similarity=similarity, lam=spec.mmr_lambda, k=k)
         settings = {"lambda": spec.mmr_lambda}
     else:
         results, deferred = results_cap(
