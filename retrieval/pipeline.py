@@ -104,9 +104,24 @@ class PipelineSpec:
     collapse_near_duplicates: bool = True
     near_duplicate_threshold: float | None = None
     # ---- recency and quality (issue 8 §3) ----
-
+    # retrieval.stages.rerank.recency: fused score x recency factor x reliability^quality_weight;
+    # the factor decays with the source's half-life (else ``recency_half_life_days``, 0 = none)
+    # from ``published_at`` (``recency_undated``: neutral, or the ingestion time) down to
+    # ``recency_floor``; candidates below ``recency_threshold`` x the top fused score are dropped.
+    recency: str = "on"
+    recency_floor: float = 0.5
+    recency_half_life_days: float = 0.0
+    recency_undated: str = "neutral"
+    recency_threshold: float = 0.0
+    quality_weight: float = 1.0
     # ---- diversity (issue 8 §4) ----
-
+    # retrieval.stages.rerank.diversity: off, caps (at most ``diversity_per_document`` chunks per
+    # document and ``diversity_per_source`` per source in the top k; 0 = no cap) or mmr (MMR over
+    # the chunk embeddings with ``mmr_lambda``).
+    diversity: str = "off"
+    diversity_per_document: int = 2
+    diversity_per_source: int = 0
+    mmr_lambda: float = 0.7
     # ---- volume: themes (issue 8 §5) ----
     # themes "on": of the best ``themes_pool`` candidates, those scoring at least
     # ``themes_threshold`` x the best are grouped into themes (cosine ``themes_distance``), and the
@@ -153,7 +168,17 @@ _OPTION_RULES = {
     "collapse_near_duplicates": bool,
     "near_duplicate_threshold": (0.5, 1.0),
     # ---- recency and quality (issue 8 §3) ----
+    "recency": ("on", "off"),
+    "recency_floor": (0.0, 1.0),
+    "recency_half_life_days": (0.0, 36500.0),
+    "recency_undated": ("neutral", "ingested"),
+    "recency_threshold": (0.0, 1.0),
+    "quality_weight": (0.0, 1.0),
     # ---- diversity (issue 8 §4) ----
+    "diversity": ("off", "caps", "mmr"),
+    "diversity_per_document": (0, 50),
+    "diversity_per_source": (0, 50),
+    "mmr_lambda": (0.0, 1.0),
     # ---- volume: themes (issue 8 §5) ----
     "themes": ("off", "on"),
     "themes_pool": (5, 100),
