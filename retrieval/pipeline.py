@@ -33,12 +33,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import date
 from dataclasses import asdict, dataclass, field, fields, replace
+from datetime import date
 
 from django.conf import settings
 
 from core.errors import InvalidInput
+from knowledge.access import access_scope_get
 from retrieval.config import MAX_QUERY_CHARS, MODES, SearchConfig
 from retrieval.flows import KINDS, flow_for, ranking_for
 from retrieval.llm import configured_llm
@@ -133,15 +134,10 @@ _OPTION_RULES = {
     "walk_max_rounds": (1, 10),
     "adaptive_threshold": (0.0, 1.0),
     # ---- near-duplicates (issue 8 §1) ----
-
     # ---- recency and quality (issue 8 §3) ----
-
     # ---- diversity (issue 8 §4) ----
-
     # ---- volume: themes (issue 8 §5) ----
-
     # ---- personalization (issue 9 §2) ----
-
     # ----
 }
 SETTING_KEYS = ("pipeline", *_OPTION_RULES, *(f.name for f in fields(SearchConfig)))
@@ -287,8 +283,13 @@ def _options(options: dict | None) -> dict:
 
 
 def retrieval_filter(*, tenant, user=None, source_ids=None, as_of: date | None = None) -> RetrievalFilter:
-    """The shared retrieval filter for ``user`` asking in ``tenant`` (sources, as-of date, access rules)."""
-    return RetrievalFilter.for_tenant(tenant, source_ids=source_ids, as_of=as_of)
+    """The shared retrieval filter for ``user`` asking in ``tenant`` (sources, as-of date, access rules).
+
+    ``user`` ``None`` applies no access rules (operators, evaluations); a user who is not a member
+    of ``tenant`` gets ``PermissionDenied`` (``knowledge.access.access_scope_get``).
+    """
+    access = access_scope_get(tenant=tenant, user=user)
+    return RetrievalFilter.for_tenant(tenant, source_ids=source_ids, as_of=as_of, access=access)
 
 
 def _llm_for(llm, use_llm: bool):

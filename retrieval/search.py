@@ -38,13 +38,14 @@ def chunk_search(
     mode: str = "hybrid",
     source_ids: list[int] | None = None,
     config: SearchConfig | None = None,
+    user=None,
 ) -> SearchResponse:
     """Search the tenant's chunks; the top ``k`` with each retriever's score and rank.
 
     ``mode`` is hybrid (lexical + dense, fused), lexical or dense; ``config`` defaults to the
     tenant's. ``InvalidInput`` for an empty or over-long query, ``k`` outside 1-200 or an
-    unknown mode.
+    unknown mode. ``user`` is who asks: their access rules apply (``knowledge.access``).
     """
     spec = PipelineSpec(name="simple", search=config or SearchConfig.for_tenant(tenant))
-    run = pipeline_retrieve(tenant=tenant, query=query, pipeline=spec, k=k, mode=mode, source_ids=source_ids)
+    run = pipeline_retrieve(tenant=tenant, query=query, pipeline=spec, k=k, mode=mode, source_ids=source_ids, user=user)
     return SearchResponse(results=run.results, timings_ms=run.timings_ms, mode=mode, config=spec.search)

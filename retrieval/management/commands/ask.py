@@ -1,6 +1,7 @@
 import json
 
 from core.commands import TenantCommand
+from knowledge.access import user_for_name
 from retrieval.pipeline import PIPELINE_NAMES, pipeline_answer
 
 
@@ -17,10 +18,12 @@ class Command(TenantCommand):
         parser.add_argument("--no-reverse-pack", action="store_true")
         parser.add_argument("--extractive", action="store_true", help="do not call the LLM even if configured")
         parser.add_argument("--json", action="store_true")
+        parser.add_argument("--user", help="ask as this user: their access rules apply (default: no rules)")
 
     def handle(self, *args, **o):
         run = pipeline_answer(
             tenant=self.tenant(o["tenant"]),
+            user=user_for_name(o["user"]) if o["user"] else None,
             question=o["question"],
             pipeline=o["pipeline"],
             k=o["k"],

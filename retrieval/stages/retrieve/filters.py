@@ -29,20 +29,24 @@ class RetrievalFilter:
 
     @classmethod
     def for_tenant(cls, tenant, *, source_ids=None, as_of: date | None = None, access=None) -> RetrievalFilter:
-        return cls(
-            tenant_id=tenant.pk, source_ids=tuple(sorted(set(source_ids or ()))), as_of=as_of, access=access
-        )
+        return cls(tenant_id=tenant.pk, source_ids=tuple(sorted(set(source_ids or ()))), as_of=as_of, access=access)
 
     @property
     def narrows_tenant(self) -> bool:
         """True when the filter keeps fewer chunks than "every chunk of the tenant"."""
-        return bool(self.source_ids)
+        return bool(self.source_ids) or self._access_restricts
+
+    @property
+    def _access_restricts(self) -> bool:
+        return self.access is not None and self.access.restricts
 
     def params(self) -> dict:
         """The named parameters ``chunk_condition`` refers to."""
         params: dict = {"filter_tenant": self.tenant_id}
         if self.source_ids:
             params["filter_sources"] = list(self.source_ids)
+        if self._access_restricts:
+            params.update(self.access.params())
         return params
 
     def chunk_condition(self, alias: str = "c") -> sql.Composed:
@@ -70,8 +74,8 @@ class RetrievalFilter:
     # ---- access rules (issue 9 §1) ---------------------------------------------------------
 
     def _access_parts(self, chunk: sql.Identifier) -> list[sql.Composable]:
-        """Conditions that keep the chunks ``access`` may see."""
-        return []
+        """Conditions that keep the chunks ``access`` (a ``knowledge.access.AccessScope``) may see."""
+        return self.access.chunk_parts(chunk) if self._access_restricts else []
 
     # -----------------------------------------------------------------------------------------
 
@@ -80,4 +84,6 @@ class RetrievalFilter:
         data: dict = {"tenant": self.tenant_id}
         if self.source_ids:
             data["sources"] = list(self.source_ids)
+        if self.access is not None:
+            data["access"] = self.access.summary()
         return data
