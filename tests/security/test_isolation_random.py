@@ -85,6 +85,7 @@ class Probe:
         self.portal = Client()
         self.portal.force_login(self.user)
         self.checked = 0
+        self.own_conversations = set(Conversation.objects.filter(user=self.user).values_list("pk", flat=True))
 
     def check(self, what: str, body) -> None:
         if isinstance(body, (bytes, bytearray)):
@@ -117,6 +118,22 @@ def object_ids(worlds):
     }
 
 
+def _sample(rng: random.Random, ids: list[int], own: set[int], n: int = 3) -> list[int]:
+    """``n`` random ids of others' conversations plus one of the user's own (follow-ups run a pipeline:
+    a follow-up in another's conversation is refused before it, so a sample tries the same path)."""
+    others = [pk for pk in ids if pk not in own]
+    return rng.sample(others, min(n, len(others))) + rng.sample(sorted(own), min(1, len(own)))
+
+
+def _delete_unless_own(api, p: Probe, pk: int):
+    """DELETE another's conversation (must be a 404); the user's own are kept for the other probes."""
+    if pk in p.own_conversations:
+        return api.get(f"/api/v1/conversations/{pk}/")
+    response = api.delete(f"/api/v1/conversations/{pk}/")
+    assert response.status_code == 404, (p.user.username, pk, response.status_code)
+    return response
+
+
 def api_probes(p: Probe, ids: dict) -> list:
     rng, api = p.rng, p.api
     probes = [("GET documents", lambda: api.get("/api/v1/documents/?limit=200"))]
@@ -126,18 +143,19 @@ def api_probes(p: Probe, ids: dict) -> list:
         probes.append((f"GET document {pk}", lambda pk=pk: api.get(f"/api/v1/documents/{pk}/")))
     for pk in ids["job"]:
         probes.append((f"GET job {pk}", lambda pk=pk: api.get(f"/api/v1/jobs/{pk}/")))
-    for mode in MODES:
-        for sources in [[], *[[n] for n in ids["source"]]]:
-            body = {"query": rng.choice(QUESTIONS), "k": 50, "mode": mode, "sources": sources}
-            probes.append((f"POST search {body}", lambda b=body: api.post("/api/v1/search/", b, format="json")))
+    # Every source filter; each with a random mode (a mode each filter in turn would triple the runs).
     for sources in [[], *[[n] for n in ids["source"]]]:
+        body = {"query": rng.choice(QUESTIONS), "k": 50, "mode": rng.choice(MODES), "sources": sources}
+        probes.append((f"POST search {body}", lambda b=body: api.post("/api/v1/search/", b, format="json")))
         body = {"question": rng.choice(QUESTIONS), "k": rng.randint(3, 10), "extractive": True, "sources": sources}
-        probes.append((f"POST ask {body}", lambda b=body: api.post("/api/v1/ask/", b, format="json")))
-        probes.append((f"POST ask/stream {body}", lambda b=body: api.post("/api/v1/ask/stream/", b, format="json")))
+        endpoint = rng.choice(["/api/v1/ask/", "/api/v1/ask/stream/"])
+        probes.append((f"POST {endpoint} {body}", lambda b=body, e=endpoint: api.post(e, b, format="json")))
     for pk in ids["conversation"]:
+        probes.append((f"GET conversation {pk}", lambda pk=pk: api.get(f"/api/v1/conversations/{pk}/")))
+        probes.append((f"DELETE conversation {pk}", lambda pk=pk: _delete_unless_own(api, p, pk)))
+    for pk in _sample(rng, ids["conversation"], p.own_conversations):
         body = {"question": rng.choice(QUESTIONS), "extractive": True, "conversation": pk}
         probes.append((f"POST ask in conversation {pk}", lambda b=body: api.post("/api/v1/ask/", b, format="json")))
-        probes.append((f"GET conversation {pk}", lambda pk=pk: api.get(f"/api/v1/conversations/{pk}/")))
     probes.append(("GET conversations", lambda: api.get("/api/v1/conversations/")))
     for pk in ids["trace"]:
         probes.append((f"GET trace {pk}", lambda pk=pk: api.get(f"/api/v1/traces/{pk}/")))
@@ -170,6 +188,7 @@ def portal_probes(p: Probe, ids: dict) -> list:
         probes.append(
             (f"portal conversation {pk}", lambda pk=pk: portal.get(f"{reverse('portal:ask')}?conversation={pk}"))
         )
+    for pk in _sample(rng, ids["conversation"], p.own_conversations):
         probes.append(
             (
                 f"portal follow-up in {pk}",
@@ -188,7 +207,8 @@ def admin_probes(p: Probe, ids: dict, worlds) -> list:
     portal = p.portal
     probes = []
     others = [w for w in worlds.values() if w is not p.world]
-    words = [markers(d)[0] for w in others for d in w.documents.values()]
+    # Words of the other tenant's titles and text, not their markers (the search box echoes the query).
+    words = ["Cycling", "Board", "Private", "tyre", "handbook"]
     for model in admin.site._registry:
         opts = model._meta
         changelist = reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist")
