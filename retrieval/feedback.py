@@ -55,7 +55,7 @@ def feedback_give(
 
     ``rating`` is ``"up"``/``"down"`` (or 1/-1); ``comment`` at most 2,000 characters. Giving
     feedback again on the same answer or citation replaces the earlier one. Returns the stored
-    ``Feedback``. ``NotFound`` for a trace that is not the tenant's (or, but for owners and admins, not the user's own); ``InvalidInput`` for a bad
+    ``Feedback``. ``NotFound`` for a trace that is not the tenant's (in a tenant with access rules, also another user's, but for owners and admins); ``InvalidInput`` for a bad
     rating or comment, or a citation the answer does not have; ``PermissionDenied`` for a viewer
     (or a user who is not a member).
     """
