@@ -10,8 +10,9 @@ manage the rules and could grant themselves anyway, and the admin site shows the
 tenant), and so do Django **superusers**. Editors, members and viewers are bound by the rules. A
 user who is not a member of the tenant may not ask in it at all (``PermissionDenied``).
 
-The rules are read at query time, never copied onto chunks: retrieval applies
-``AccessScope.chunk_parts`` inside the SQL of both retrievers (through
+The rules are read when a query starts (``access_scope_get``: one SQL query giving the versions
+of the documents hidden from the user), never copied onto chunks: retrieval applies
+``AccessScope.chunk_parts``/``denied_condition`` inside the SQL of both retrievers (through
 ``retrieval.stages.retrieve.filters.RetrievalFilter``), and the document selectors apply
 ``documents_visible``/``sources_visible``, so changing a rule or a group takes effect on the next
 query, with no re-indexing.
@@ -34,11 +35,12 @@ BYPASS_ROLES = (Membership.Role.OWNER, Membership.Role.ADMIN)
 
 @dataclass(frozen=True)
 class AccessScope:
-    """What one user may see in one tenant.
+    """What one user may see in one tenant, read from the rules when the query starts.
 
-    ``user_id`` and ``group_ids`` (the tenant's groups the user is in) are matched against the
+    ``user_id`` and ``group_ids`` (the tenant's groups the user is in) were matched against the
     rules; ``sees_all`` is true for owners, admins and superusers; ``has_rules`` is whether the
-    tenant has any rule at all (none: nothing is restricted, and retrieval adds no condition).
+    tenant has any rule at all; ``denied_versions`` are the ids of every version of the documents
+    hidden from the user (empty for ``sees_all``, or when every restricted document is granted).
     """
 
     tenant_id: int
@@ -46,55 +48,67 @@ class AccessScope:
     group_ids: tuple[int, ...] = field(default=())
     sees_all: bool = False
     has_rules: bool = True
+    denied_versions: tuple[int, ...] = field(default=(), repr=False)
 
     @property
     def restricts(self) -> bool:
-        """True when some of the tenant's chunks may be hidden from this user."""
-        return self.has_rules and not self.sees_all
+        """True when some of the tenant's documents are hidden from this user."""
+        return not self.sees_all and bool(self.denied_versions)
 
     def params(self) -> dict:
-        """The named parameters of ``chunk_parts`` (besides ``filter_tenant``)."""
-        return {"access_user": self.user_id, "access_groups": list(self.group_ids)}
+        """The named parameters of ``chunk_parts`` and ``denied_condition`` (besides ``filter_tenant``)."""
+        return {"access_denied": list(self.denied_versions)}
 
     def chunk_parts(self, chunk: sql.Identifier) -> list[sql.Composable]:
         """SQL conditions on ``knowledge_chunk AS chunk`` keeping only the chunks this user may see.
 
-        One uncorrelated sub-select (the versions of denied documents), which PostgreSQL runs
-        once per query as a hashed sub-plan: each candidate chunk then costs one hash probe.
+        ``version_id <> ALL(<denied version ids>)``: an array of constants, which PostgreSQL (15+)
+        probes through a hash table, so each candidate chunk costs one lookup.
         """
         if not self.restricts:
             return []
-        return [sql.SQL("{}.version_id NOT IN ({})").format(chunk, _DENIED_VERSIONS)]
+        return [sql.SQL("{}.version_id <> ALL(%(access_denied)s::bigint[])").format(chunk)]
+
+    def denied_condition(self, chunk: sql.Identifier) -> sql.Composed:
+        """The SQL condition on ``knowledge_chunk AS chunk`` true for the chunks hidden from this user
+        (the complement of ``chunk_parts`` among the tenant's chunks); found through the chunk's
+        version index."""
+        return sql.SQL(
+            "{chunk}.tenant_id = %(filter_tenant)s AND {chunk}.version_id = ANY(%(access_denied)s::bigint[])"
+        ).format(chunk=chunk)
 
     def summary(self) -> dict:
-        """For traces: who asked and which groups counted (no rule details)."""
+        """For traces: who asked, which groups counted, whether anything was hidden (no counts)."""
         if self.sees_all:
             return {"user": self.user_id, "sees_all": True}
-        return {"user": self.user_id, "groups": list(self.group_ids), "restricted": self.has_rules}
+        return {"user": self.user_id, "groups": list(self.group_ids), "restricted": self.restricts}
 
 
-def _denied(target: str) -> sql.Composed:
-    """Ids of the tenant's ``target`` (source or document) that have rules, none granting the user."""
-    return sql.SQL(
-        "SELECT ar.{col} FROM knowledge_accessrule ar"
-        " WHERE ar.tenant_id = %(filter_tenant)s AND ar.{col} IS NOT NULL"
-        " GROUP BY ar.{col}"
-        " HAVING count(*) FILTER (WHERE ar.user_id = %(access_user)s"
-        " OR ar.group_id = ANY(%(access_groups)s::bigint[])) = 0"
-    ).format(col=sql.Identifier(f"{target}_id"))
-
-
-_DENIED_VERSIONS = sql.SQL(
-    "SELECT av.id FROM knowledge_documentversion av JOIN knowledge_document ad ON ad.id = av.document_id"
-    " WHERE ad.tenant_id = %(filter_tenant)s AND (ad.source_id IN ({sources}) OR ad.id IN ({documents}))"
-).format(sources=_denied("source"), documents=_denied("document"))
+# Rules of the tenant (%(t)s) that name no grant of the user (%(u)s) or their groups (CTE g).
+_DENIED = (
+    "SELECT ar.{col} FROM knowledge_accessrule ar WHERE ar.tenant_id = %(t)s AND ar.{col} IS NOT NULL"
+    " GROUP BY ar.{col}"
+    " HAVING count(*) FILTER (WHERE ar.user_id = %(u)s OR ar.group_id IN (SELECT id FROM g)) = 0"
+)
+_SCOPE = f"""WITH g AS MATERIALIZED (
+    SELECT g.id FROM knowledge_accessgroup g JOIN knowledge_accessgroup_members gm ON gm.accessgroup_id = g.id
+    WHERE g.tenant_id = %(t)s AND gm.user_id = %(u)s
+)
+SELECT EXISTS (SELECT 1 FROM knowledge_accessrule WHERE tenant_id = %(t)s),
+       ARRAY(SELECT m.role FROM knowledge_membership m WHERE m.tenant_id = %(t)s AND m.user_id = %(u)s),
+       ARRAY(SELECT id FROM g ORDER BY id),
+       ARRAY(SELECT v.id FROM knowledge_documentversion v WHERE v.document_id IN (
+             SELECT d.id FROM knowledge_document d WHERE d.tenant_id = %(t)s
+                    AND d.source_id IN ({_DENIED.format(col="source_id")})
+             UNION ALL {_DENIED.format(col="document_id")}) ORDER BY v.id)"""
 
 
 # ---- selectors --------------------------------------------------------------------------------
 
 
 def access_scope_get(*, tenant: Tenant, user) -> AccessScope | None:
-    """The ``AccessScope`` of ``user`` asking in ``tenant``: one query.
+    """The ``AccessScope`` of ``user`` asking in ``tenant``: one query (rules, roles, groups and the
+    versions of the documents hidden from the user).
 
     ``None`` when ``user`` is ``None`` (an operator's command or an evaluation: no user-level
     rules). ``PermissionDenied`` when the user is neither a member of the tenant nor a superuser.
@@ -104,23 +118,18 @@ def access_scope_get(*, tenant: Tenant, user) -> AccessScope | None:
     user_id = getattr(user, "pk", None)
     superuser = bool(getattr(user, "is_superuser", False))
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT EXISTS (SELECT 1 FROM knowledge_accessrule WHERE tenant_id = %(t)s),"
-            " ARRAY(SELECT m.role FROM knowledge_membership m WHERE m.tenant_id = %(t)s AND m.user_id = %(u)s),"
-            " ARRAY(SELECT g.id FROM knowledge_accessgroup g"
-            "       JOIN knowledge_accessgroup_members gm ON gm.accessgroup_id = g.id"
-            "       WHERE g.tenant_id = %(t)s AND gm.user_id = %(u)s ORDER BY g.id)",
-            {"t": tenant.pk, "u": user_id},
-        )
-        has_rules, roles, group_ids = cursor.fetchone()
+        cursor.execute(_SCOPE, {"t": tenant.pk, "u": user_id})
+        has_rules, roles, group_ids, denied = cursor.fetchone()
     if not roles and not superuser:
         raise PermissionDenied(f"You are not a member of tenant {tenant.slug}.")
+    sees_all = superuser or any(role in BYPASS_ROLES for role in roles)
     return AccessScope(
         tenant_id=tenant.pk,
         user_id=user_id,
         group_ids=tuple(group_ids),
-        sees_all=superuser or any(role in BYPASS_ROLES for role in roles),
+        sees_all=sees_all,
         has_rules=bool(has_rules),
+        denied_versions=() if sees_all else tuple(denied),
     )
 
 

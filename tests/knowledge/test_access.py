@@ -46,15 +46,21 @@ def test_without_a_user_retrieval_applies_no_rules(world):
 def test_a_tenant_without_rules_adds_no_condition_to_the_sql(db, corpus, member):
     where = retrieval_filter(tenant=corpus, user=member)
     assert where.access is not None and not where.narrows_tenant
-    assert "version_id NOT IN" not in where.chunk_condition("c").as_string(None)
+    assert "access_denied" not in where.chunk_condition("c").as_string(None)
 
 
 def test_restricting_rules_narrow_the_filter_for_both_retrievers(world):
     where = retrieval_filter(tenant=world.tenant, user=world.users["member"])
     assert where.narrows_tenant
-    assert "version_id NOT IN" in where.chunk_condition("c").as_string(None)
+    assert "access_denied" in where.chunk_condition("c").as_string(None)
     assert where.summary()["access"] == {"user": world.users["member"].pk, "groups": [], "restricted": True}
+    assert "NOT IN" in where.posting_condition("p").as_string(None)  # BM25: the hidden chunks only
     assert not retrieval_filter(tenant=world.tenant, user=world.users["admin"]).narrows_tenant
+
+
+def test_a_user_granted_every_restricted_document_gets_no_condition(world):
+    world.tenant.access_groups.get(name="board").members.add(world.users["granted"])
+    assert not retrieval_filter(tenant=world.tenant, user=world.users["granted"]).narrows_tenant
 
 
 def test_a_new_rule_or_group_member_takes_effect_on_the_next_query(world):
