@@ -9,7 +9,7 @@ group, and two members are added: ``outside`` (in no group: the restricted docum
 from them, so both retrievers carry the access condition) and ``inside`` (in the group: the
 condition runs and hides nothing). The 20 questions of ``search_latency.py`` are searched
 ``--rounds`` times with no user (no rules at all: today's path), as ``outside`` and as ``inside``,
-taking turns on each question so background load weighs on all alike; the query embedding is
+taking turns on each question (in a rotating order) so background load weighs on all alike; the query embedding is
 cached after the warm-up so the comparison is the SQL's. Prints one JSON object with p50/p95 per
 mode and user, and ``hybrid_p50_ratio`` (``outside`` over no user; issue 9's target is <= 1.15).
 It also checks that ``outside`` never got a restricted chunk.
@@ -76,10 +76,13 @@ def main() -> None:
                     chunk_search(tenant=tenant, query=question, k=args.k, user=user)
             times: dict = {(name, mode): [] for name in who for mode in ("hybrid", "lexical", "dense")}
             leaks = 0
+            names = list(who)
             for _ in range(args.rounds):
-                for question in QUESTIONS:
+                for turn, question in enumerate(QUESTIONS):
                     for mode in ("hybrid", "lexical", "dense"):
-                        for name, user in who.items():
+                        order = names[turn % 3 :] + names[: turn % 3]  # each user goes first, second, third in turn
+                        for name in order:
+                            user = who[name]
                             started = time.perf_counter()
                             response = chunk_search(tenant=tenant, query=question, k=args.k, mode=mode, user=user)
                             times[(name, mode)].append((time.perf_counter() - started) * 1000)
