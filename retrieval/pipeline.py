@@ -134,10 +134,15 @@ _OPTION_RULES = {
     "walk_max_rounds": (1, 10),
     "adaptive_threshold": (0.0, 1.0),
     # ---- near-duplicates (issue 8 §1) ----
+
     # ---- recency and quality (issue 8 §3) ----
+
     # ---- diversity (issue 8 §4) ----
+
     # ---- volume: themes (issue 8 §5) ----
+
     # ---- personalization (issue 9 §2) ----
+
     # ----
 }
 SETTING_KEYS = ("pipeline", *_OPTION_RULES, *(f.name for f in fields(SearchConfig)))
