@@ -107,7 +107,7 @@ class DocumentListApi(APIView):
         tenant = tenant_for_user(request.user)
         filters = self.FilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
-        documents = document_list(tenant=tenant, source_name=filters.validated_data.get("source"))
+        documents = document_list(tenant=tenant, source_name=filters.validated_data.get("source"), user=request.user)
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(documents, request, view=self)
         return paginator.get_paginated_response(self.OutputSerializer(page, many=True).data)
@@ -172,12 +172,13 @@ class DocumentDetailApi(APIView):
     @extend_schema(operation_id="documents_retrieve", responses={200: OutputSerializer, **ERRORS})
     def get(self, request, document_id: int):
         tenant = tenant_for_user(request.user)
-        document = document_get(tenant=tenant, document_id=document_id)
+        document = document_get(tenant=tenant, document_id=document_id, user=request.user)
         return Response(self.OutputSerializer(document).data)
 
     @extend_schema(operation_id="documents_destroy", responses={204: None, **ERRORS})
     def delete(self, request, document_id: int):
         membership = _editor_membership(request.user)
+        document_get(tenant=membership.tenant, document_id=document_id, user=request.user)  # 404 if hidden
         document_delete(tenant=membership.tenant, document_id=document_id)
         return Response(status=status.HTTP_204_NO_CONTENT)
 

@@ -7,6 +7,7 @@ from django.db.models.functions import Coalesce
 
 from core.errors import InvalidInput, NotFound, PermissionDenied
 from core.rls import rls_bypass, rls_request_bind
+from knowledge.access import access_scope_get, documents_visible, sources_visible
 from knowledge.models import Chunk, Document, DocumentVersion, IngestionJob, Membership, Source, Tenant
 
 
@@ -30,11 +31,12 @@ def tenant_for_user(user) -> Tenant:
     return membership_for_user(user).tenant
 
 
-def document_list(*, tenant: Tenant, source_name: str | None = None) -> QuerySet[Document]:
-    """The tenant's documents, newest first, with their source and ``current_version`` (number)."""
+def document_list(*, tenant: Tenant, source_name: str | None = None, user=None) -> QuerySet[Document]:
+    """The tenant's documents ``user`` may see (``knowledge.access``; all without a user), newest
+    first, with their source and ``current_version`` (number)."""
     current = DocumentVersion.objects.filter(document=OuterRef("pk"), is_current=True).values("number")[:1]
     documents = (
-        Document.objects.for_tenant(tenant)
+        documents_visible(Document.objects.for_tenant(tenant), access_scope_get(tenant=tenant, user=user))
         .select_related("source")
         .annotate(current_version=Subquery(current))
         .order_by("-updated_at", "-id")
@@ -44,11 +46,12 @@ def document_list(*, tenant: Tenant, source_name: str | None = None) -> QuerySet
     return documents
 
 
-def document_get(*, tenant: Tenant, document_id: int) -> Document:
-    """One of the tenant's documents with its versions (newest first); ``NotFound`` otherwise."""
+def document_get(*, tenant: Tenant, document_id: int, user=None) -> Document:
+    """One of the tenant's documents with its versions (newest first); ``NotFound`` otherwise,
+    also when ``user`` may not see it (the same error: an id reveals nothing)."""
     versions = DocumentVersion.objects.annotate(chunk_count=Count("chunks")).order_by("-number")
     document = (
-        Document.objects.for_tenant(tenant)
+        documents_visible(Document.objects.for_tenant(tenant), access_scope_get(tenant=tenant, user=user))
         .select_related("source")
         .prefetch_related(Prefetch("versions", queryset=versions))
         .filter(pk=document_id)
@@ -72,25 +75,28 @@ def chunk_list_for_version(*, tenant: Tenant, version_id: int) -> QuerySet[Chunk
     return Chunk.objects.for_tenant(tenant).filter(version_id=version_id).order_by("ordinal").defer("embedding")
 
 
-def source_ids_for_names(*, tenant: Tenant, names: list[str]) -> list[int] | None:
+def source_ids_for_names(*, tenant: Tenant, names: list[str], user=None) -> list[int] | None:
     """Ids of the tenant's sources called ``names``; ``None`` (no filter) when none are given.
 
     An unknown name raises ``InvalidInput`` rather than being ignored: an empty id list would
-    mean "every source".
+    mean "every source". A restricted source ``user`` may not see is unknown too.
     """
     if not names:
         return None
-    found = dict(Source.objects.for_tenant(tenant).filter(name__in=names).values_list("name", "id"))
+    sources = sources_visible(Source.objects.for_tenant(tenant), access_scope_get(tenant=tenant, user=user))
+    found = dict(sources.filter(name__in=names).values_list("name", "id"))
     missing = sorted(set(names) - set(found))
     if missing:
         raise InvalidInput(f"Unknown source(s): {', '.join(missing)}.", code="unknown_source")
     return list(found.values())
 
 
-def source_overview(*, tenant: Tenant) -> QuerySet[Source]:
-    """The tenant's sources by name, each with ``document_count``, ``chunk_count`` (of current
+def source_overview(*, tenant: Tenant, user=None) -> QuerySet[Source]:
+    """The tenant's sources ``user`` may see, by name, each with ``document_count``, ``chunk_count`` (of current
     versions), ``newest_published`` (latest ``published_at`` of a current version; ``None`` if
-    undated) and ``last_ingested`` (when a current version was last stored)."""
+    undated) and ``last_ingested`` (when a current version was last stored), all counted over
+    the documents ``user`` may see."""
+    scope = access_scope_get(tenant=tenant, user=user)
 
     def per_source(queryset, path: str, aggregate):
         return Subquery(
@@ -101,15 +107,18 @@ def source_overview(*, tenant: Tenant) -> QuerySet[Source]:
             .values("value")[:1]
         )
 
-    current = DocumentVersion.objects.filter(is_current=True)
+    current = documents_visible(DocumentVersion.objects.filter(is_current=True), scope, path="document__")
+    chunks = documents_visible(Chunk.objects.filter(version__is_current=True), scope, path="version__document__")
     return (
-        Source.objects.for_tenant(tenant)
+        sources_visible(Source.objects.for_tenant(tenant), scope)
         .annotate(
             document_count=Coalesce(
-                per_source(Document.objects.all(), "source", Count("id")), 0, output_field=IntegerField()
+                per_source(documents_visible(Document.objects.all(), scope), "source", Count("id")),
+                0,
+                output_field=IntegerField(),
             ),
             chunk_count=Coalesce(
-                per_source(Chunk.objects.filter(version__is_current=True), "version__document__source", Count("id")),
+                per_source(chunks, "version__document__source", Count("id")),
                 0,
                 output_field=IntegerField(),
             ),

@@ -319,7 +319,7 @@ def _feedback_reply(request, wants_json: bool, message: str, *, status: int):
 def profile(request, tenant):
     """The user's profile in this tenant: what personalized answers know about them."""
     current = profile_get(user=request.user)
-    names = list(source_overview(tenant=tenant).values_list("name", flat=True))
+    names = list(source_overview(tenant=tenant, user=request.user).values_list("name", flat=True))
     saved = False
     if request.method == "POST":
         form = ProfileForm(request.POST, source_names=names)
@@ -350,14 +350,18 @@ def profile(request, tenant):
 @tenant_required
 def sources(request, tenant):
     """The tenant's sources with their document and chunk counts and how fresh they are."""
-    return render(request, "portal/sources.html", {"sources": list(source_overview(tenant=tenant)), "tenant": tenant})
+    return render(
+        request,
+        "portal/sources.html",
+        {"sources": list(source_overview(tenant=tenant, user=request.user)), "tenant": tenant},
+    )
 
 
 @require_GET
 @tenant_required
 def document_detail(request, tenant, document_id: int):
     try:
-        document = document_get(tenant=tenant, document_id=document_id)
+        document = document_get(tenant=tenant, document_id=document_id, user=request.user)
     except NotFound as exc:
         raise Http404(exc.message) from exc
     versions = list(document.versions.all())  # newest first, with chunk_count

@@ -94,7 +94,7 @@ class SearchApi(APIView):
             query=data["query"],
             k=data["k"],
             mode=data["mode"],
-            source_ids=source_ids_for_names(tenant=tenant, names=data["sources"]),
+            source_ids=source_ids_for_names(tenant=tenant, names=data["sources"], user=request.user),
             as_of=data.get("as_of"),
             user=request.user,
             options={"collapse": data["collapse"], "personalize": data["personalize"]},
@@ -191,11 +191,12 @@ class AskApi(APIView):
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        run = conversation_ask(tenant=tenant, user=request.user, **self.answer_options(tenant=tenant, data=data))
+        options = self.answer_options(tenant=tenant, data=data, user=request.user)
+        run = conversation_ask(tenant=tenant, user=request.user, **options)
         return Response(self.OutputSerializer(run.as_dict()).data)
 
     @staticmethod
-    def answer_options(*, tenant, data: dict) -> dict:
+    def answer_options(*, tenant, data: dict, user=None) -> dict:
         """``conversation_ask``'s keyword arguments (but tenant and user) from validated input."""
         return {
             "question": data["question"],
@@ -206,7 +207,7 @@ class AskApi(APIView):
             "window_size": data.get("window"),
             "reverse_pack": data["reverse_pack"],
             "use_llm": not data["extractive"],
-            "source_ids": source_ids_for_names(tenant=tenant, names=data["sources"]),
+            "source_ids": source_ids_for_names(tenant=tenant, names=data["sources"], user=user),
             "as_of": data.get("as_of"),
             "options": {"collapse": data["collapse"], "personalize": data.get("personalize", True)},
         }

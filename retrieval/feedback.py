@@ -55,11 +55,11 @@ def feedback_give(
 
     ``rating`` is ``"up"``/``"down"`` (or 1/-1); ``comment`` at most 2,000 characters. Giving
     feedback again on the same answer or citation replaces the earlier one. Returns the stored
-    ``Feedback``. ``NotFound`` for a trace that is not the tenant's; ``InvalidInput`` for a bad
+    ``Feedback``. ``NotFound`` for a trace that is not the tenant's (in a tenant with access rules, also another user's, but for owners and admins); ``InvalidInput`` for a bad
     rating or comment, or a citation the answer does not have; ``PermissionDenied`` for a viewer
     (or a user who is not a member).
     """
-    trace = trace_get(tenant=tenant, trace_id=trace_id)
+    trace = trace_get(tenant=tenant, trace_id=trace_id, user=user)
     values = {"rating": _rating(rating), "comment": _comment(comment), "document": None, "source": None}
     if citation is not None:
         if isinstance(citation, bool) or not isinstance(citation, int):

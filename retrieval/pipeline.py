@@ -39,6 +39,7 @@ from datetime import date
 from django.conf import settings
 
 from core.errors import InvalidInput
+from knowledge.access import access_scope_get
 from retrieval.config import MAX_QUERY_CHARS, MODES, SearchConfig
 from retrieval.flows import KINDS, flow_for, ranking_for
 from retrieval.llm import configured_llm
@@ -342,8 +343,13 @@ def _options(options: dict | None) -> dict:
 
 
 def retrieval_filter(*, tenant, user=None, source_ids=None, as_of: date | None = None) -> RetrievalFilter:
-    """The shared retrieval filter for ``user`` asking in ``tenant`` (sources, as-of date, access rules)."""
-    return RetrievalFilter.for_tenant(tenant, source_ids=source_ids, as_of=as_of)
+    """The shared retrieval filter for ``user`` asking in ``tenant`` (sources, as-of date, access rules).
+
+    ``user`` ``None`` applies no access rules (operators, evaluations); a user who is not a member
+    of ``tenant`` gets ``PermissionDenied`` (``knowledge.access.access_scope_get``).
+    """
+    access = access_scope_get(tenant=tenant, user=user)
+    return RetrievalFilter.for_tenant(tenant, source_ids=source_ids, as_of=as_of, access=access)
 
 
 def _llm_for(llm, use_llm: bool):

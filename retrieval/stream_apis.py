@@ -84,6 +84,6 @@ class AskStreamApi(APIView):
             user=request.user,
             present=lambda answer: AskApi.OutputSerializer(answer).data,
             runner=conversation_ask,
-            **AskApi.answer_options(tenant=tenant, data=data),
+            **AskApi.answer_options(tenant=tenant, data=data, user=request.user),
         )
         return StreamingHttpResponse(events, content_type=CONTENT_TYPE, headers=HEADERS)

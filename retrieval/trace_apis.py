@@ -47,5 +47,5 @@ class TraceDetailApi(APIView):
 
     @extend_schema(operation_id="trace_retrieve", responses={200: OutputSerializer, **ERRORS})
     def get(self, request, trace_id: int):
-        trace = trace_get(tenant=tenant_for_user(request.user), trace_id=trace_id)
+        trace = trace_get(tenant=tenant_for_user(request.user), trace_id=trace_id, user=request.user)
         return Response(self.OutputSerializer(trace).data)

@@ -21,12 +21,15 @@ class Command(TenantCommand):
         parser.add_argument(
             "--no-collapse", action="store_true", help="keep every near-duplicate copy (default: the tenant's setting)"
         )
-        parser.add_argument("--user", help="search as this member of the tenant (personalized ranking)")
+        parser.add_argument(
+            "--user", help="search as this member of the tenant: their access rules and personalization apply"
+        )
         parser.add_argument("--no-personalize", action="store_true", help="with --user: rank as for anyone")
 
     def handle(self, *args, **o):
         tenant = self.tenant(o["tenant"])
-        source_ids = source_ids_for_names(tenant=tenant, names=o["source"])
+        user = self.member(tenant, o["user"])
+        source_ids = source_ids_for_names(tenant=tenant, names=o["source"], user=user)
         response = chunk_search(
             tenant=tenant,
             query=o["query"],
@@ -34,7 +37,7 @@ class Command(TenantCommand):
             mode=o["mode"],
             source_ids=source_ids,
             as_of=as_of_parse(o["as_of"]),
-            user=self.member(tenant, o["user"]),
+            user=user,
             options={"collapse": False if o["no_collapse"] else None, "personalize": not o["no_personalize"]},
         )
         if o["json"]:

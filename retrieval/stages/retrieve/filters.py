@@ -37,7 +37,11 @@ class RetrievalFilter:
 
         When false, ``posting_condition`` alone is the whole rule (BM25 needs no chunk lookup).
         """
-        return bool(self.source_ids) or self.as_of is not None
+        return bool(self.source_ids) or self.as_of is not None or self._access_restricts
+
+    @property
+    def _access_restricts(self) -> bool:
+        return self.access is not None and self.access.restricts
 
     def params(self) -> dict:
         """The named parameters ``chunk_condition`` refers to."""
@@ -47,6 +51,8 @@ class RetrievalFilter:
         if self.as_of is not None:
             # Versions dated before the next day's midnight (UTC) count as "on or before as_of".
             params["filter_as_of_end"] = datetime.combine(self.as_of + timedelta(days=1), time(), tzinfo=UTC)
+        if self._access_restricts:
+            params.update(self.access.params())
         return params
 
     def posting_condition(self, alias: str = "p") -> sql.Composed:
@@ -68,6 +74,23 @@ class RetrievalFilter:
                 ).format(chunk)
             )
         return sql.SQL(" AND ").join(parts)
+
+    def posting_condition(self, alias: str = "p") -> sql.Composed:
+        """The condition a row of ``knowledge_posting AS alias`` (BM25) must meet: its chunk meets
+        ``chunk_condition``.
+
+        When access rules are the only narrowing, the cheaper equivalent: the chunk is not one of
+        the denied documents' chunks (found through the chunk's version index, so the cost follows
+        the hidden chunks, not every chunk of the tenant: ``benchmarks/access_latency.py``).
+        """
+        posting = sql.Identifier(alias)
+        if self._access_restricts and not self.source_ids and not self._version_parts(sql.Identifier("c")):
+            return sql.SQL("{}.chunk_id NOT IN (SELECT dc.id FROM knowledge_chunk dc WHERE {})").format(
+                posting, self.access.denied_condition(sql.Identifier("dc"))
+            )
+        return sql.SQL("{}.chunk_id IN (SELECT c.id FROM knowledge_chunk c WHERE {})").format(
+            posting, self.chunk_condition("c")
+        )
 
     # ---- versions (issue 8 §2) ------------------------------------------------------------
 
@@ -95,8 +118,8 @@ class RetrievalFilter:
     # ---- access rules (issue 9 §1) ---------------------------------------------------------
 
     def _access_parts(self, chunk: sql.Identifier) -> list[sql.Composable]:
-        """Conditions that keep the chunks ``access`` may see."""
-        return []
+        """Conditions that keep the chunks ``access`` (a ``knowledge.access.AccessScope``) may see."""
+        return self.access.chunk_parts(chunk) if self._access_restricts else []
 
     # -----------------------------------------------------------------------------------------
 
@@ -107,4 +130,6 @@ class RetrievalFilter:
             data["sources"] = list(self.source_ids)
         if self.as_of is not None:
             data["as_of"] = self.as_of.isoformat()
+        if self.access is not None:
+            data["access"] = self.access.summary()
         return data

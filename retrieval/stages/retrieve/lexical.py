@@ -77,9 +77,7 @@ def bm25_search(
         params["query"] = query
         lexemes = _TEXT_LEXEMES
     if where.narrows_tenant:
-        condition = sql.SQL("p.chunk_id IN (SELECT c.id FROM knowledge_chunk c WHERE {})").format(
-            where.chunk_condition("c")
-        )
+        condition = where.posting_condition("p")
     else:
         # Postings are already the tenant's (primary key starts with tenant_id); keep current ones.
         condition = where.posting_condition("p")
