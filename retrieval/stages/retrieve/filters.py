@@ -55,10 +55,6 @@ class RetrievalFilter:
             params.update(self.access.params())
         return params
 
-    def posting_condition(self, alias: str = "p") -> sql.Composed:
-        """The condition on ``knowledge_posting AS alias`` when ``narrows_tenant`` is false: current postings."""
-        return sql.SQL("{}.is_current").format(sql.Identifier(alias))
-
     def chunk_condition(self, alias: str = "c") -> sql.Composed:
         """``<alias>.tenant_id = … AND …``: the condition a row of ``knowledge_chunk AS alias`` must meet."""
         chunk = sql.Identifier(alias)
@@ -77,17 +73,19 @@ class RetrievalFilter:
 
     def posting_condition(self, alias: str = "p") -> sql.Composed:
         """The condition a row of ``knowledge_posting AS alias`` (BM25) must meet: its chunk meets
-        ``chunk_condition``.
+        ``chunk_condition``. Without narrowing, the posting's own ``is_current`` flag is the rule.
 
         When access rules are the only narrowing, the cheaper equivalent: the chunk is not one of
         the denied documents' chunks (found through the chunk's version index, so the cost follows
         the hidden chunks, not every chunk of the tenant: ``benchmarks/access_latency.py``).
         """
         posting = sql.Identifier(alias)
-        if self._access_restricts and not self.source_ids and not self._version_parts(sql.Identifier("c")):
-            return sql.SQL("{}.chunk_id NOT IN (SELECT dc.id FROM knowledge_chunk dc WHERE {})").format(
-                posting, self.access.denied_condition(sql.Identifier("dc"))
-            )
+        if not self.narrows_tenant:  # every current chunk of the tenant: the postings' own flag
+            return sql.SQL("{}.is_current").format(posting)
+        if self._access_restricts and not self.source_ids and self.as_of is None:
+            return sql.SQL(
+                "{}.is_current AND {}.chunk_id NOT IN (SELECT dc.id FROM knowledge_chunk dc WHERE {})"
+            ).format(posting, posting, self.access.denied_condition(sql.Identifier("dc")))
         return sql.SQL("{}.chunk_id IN (SELECT c.id FROM knowledge_chunk c WHERE {})").format(
             posting, self.chunk_condition("c")
         )

@@ -76,11 +76,8 @@ def bm25_search(
     else:
         params["query"] = query
         lexemes = _TEXT_LEXEMES
-    if where.narrows_tenant:
-        condition = where.posting_condition("p")
-    else:
-        # Postings are already the tenant's (primary key starts with tenant_id); keep current ones.
-        condition = where.posting_condition("p")
+    # Postings are already the tenant's (primary key starts with tenant_id); the filter's own rule.
+    condition = where.posting_condition("p")
     statement = _BM25.format(lexemes=lexemes, condition=condition).as_string(None)
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
