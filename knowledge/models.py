@@ -238,6 +238,9 @@ class Chunk(models.Model):
         indexes = [
             # Tenant scoping of lexical candidates and per-tenant statistics.
             models.Index(fields=["tenant", "embedder"], name="chunk_tenant_embedder_idx"),
+            # Access rules: BM25 finds the chunks hidden from a user by their versions, index-only
+            # (knowledge.access.AccessScope.denied_condition).
+            models.Index(fields=["version"], include=["id"], name="chunk_version_incl_id_idx"),
         ]
 
     def __str__(self) -> str:
