@@ -252,6 +252,9 @@ class Chunk(models.Model):
             models.Index(
                 fields=["tenant", "embedder"], condition=Q(is_current=True), name="chunk_current_tenant_emb_idx"
             ),
+            # Access rules: BM25 finds the chunks hidden from a user by their versions, index-only
+            # (knowledge.access.AccessScope.denied_condition).
+            models.Index(fields=["version"], include=["id"], name="chunk_version_incl_id_idx"),
         ]
 
     def __str__(self) -> str:

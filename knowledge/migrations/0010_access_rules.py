@@ -12,6 +12,10 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.AddIndex(
+            model_name="chunk",
+            index=models.Index(fields=["version"], include=["id"], name="chunk_version_incl_id_idx"),
+        ),
         migrations.CreateModel(
             name="AccessGroup",
             fields=[
