@@ -41,6 +41,12 @@ RELEASE = ReadDocument(
 )
 
 
+@pytest.fixture(autouse=True)
+def fresh_signal_cache():
+    """Each test sees its sources' current half-lives (the per-process cache is cleared)."""
+    recency._signals.clear()
+
+
 def days_ago(days: float) -> datetime:
     return timezone.now() - timedelta(days=days)
 

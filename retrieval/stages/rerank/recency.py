@@ -25,7 +25,9 @@ in the result's ``components["recency"]``.
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime, time
+import time
+from datetime import UTC, datetime
+from datetime import time as clock_time
 
 from django.db.models import Q
 from django.utils import timezone
@@ -33,18 +35,35 @@ from django.utils import timezone
 from knowledge.models import DocumentVersion, Source
 
 _ACTIVE = "_recency_active"
+# Tenant id -> (checked at, monotonic seconds; whether a source decays or is less than reliable).
+# Kept per process for ``SIGNALS_TTL_S`` so a search does not pay a query for it: a change of a
+# source's half-life or reliability reaches running processes within that time.
+SIGNALS_TTL_S = 30.0
+_signals: dict[int, tuple[float, bool]] = {}
 
 
 def _tenant_has_signals(run) -> bool:
-    """Whether any of the tenant's sources decays or is less than fully reliable (one query, per run)."""
+    """Whether any of the tenant's sources decays or is less than fully reliable.
+
+    One ``exists()`` query per tenant and process every ``SIGNALS_TTL_S`` seconds (the answer is
+    also kept on the run, which asks twice).
+    """
     cached = getattr(run, _ACTIVE, None)
-    if cached is None:
+    if cached is not None:
+        return cached
+    tenant_id = run.tenant.pk
+    now = time.monotonic()
+    checked = _signals.get(tenant_id)
+    if checked is not None and now - checked[0] < SIGNALS_TTL_S:
+        cached = checked[1]
+    else:
         cached = (
-            Source.objects.filter(tenant_id=run.tenant.pk)
+            Source.objects.filter(tenant_id=tenant_id)
             .filter(Q(half_life_days__isnull=False) | Q(reliability__lt=1.0))
             .exists()
         )
-        setattr(run, _ACTIVE, cached)
+        _signals[tenant_id] = (now, cached)
+    setattr(run, _ACTIVE, cached)
     return cached
 
 
@@ -67,7 +86,7 @@ def reference_time(run) -> datetime:
     """The moment ages are measured to: the end of the run's ``as_of`` day (UTC), else now."""
     as_of = getattr(run.where, "as_of", None)
     if as_of is not None:
-        return datetime.combine(as_of, time.max, tzinfo=UTC)
+        return datetime.combine(as_of, clock_time.max, tzinfo=UTC)
     return timezone.now()
 
 
