@@ -242,3 +242,6 @@ class IngestionJobAdmin(ReadOnlyAdminMixin, TenantScopedAdmin):
     list_select_related = ["tenant", "source"]
     search_fields = ["file_name", "error"]
     date_hierarchy = "created_at"
+
+
+from knowledge import admin_memberships  # noqa: E402, F401  (user memberships inline, membership tokens)

@@ -10,15 +10,19 @@ from knowledge.models import Chunk, Document, DocumentVersion, IngestionJob, Mem
 
 
 def membership_for_user(user) -> Membership:
-    """The signed-in user's membership; ``PermissionDenied`` if the user has no tenant."""
-    membership = Membership.objects.select_related("tenant").filter(user_id=getattr(user, "pk", None)).first()
-    if membership is None:
+    """The user's only membership, for code without a request (commands, tasks); a request
+    resolves its tenant with ``knowledge.memberships.membership_for_request``.
+    ``PermissionDenied`` if the user has no tenant, ``InvalidInput`` if they have several."""
+    memberships = list(Membership.objects.select_related("tenant").filter(user_id=getattr(user, "pk", None))[:2])
+    if not memberships:
         raise PermissionDenied("Your account does not belong to any tenant.")
-    return membership
+    if len(memberships) > 1:
+        raise InvalidInput("Your account belongs to several tenants; name one.", code="tenant_required")
+    return memberships[0]
 
 
 def tenant_for_user(user) -> Tenant:
-    """The tenant the user belongs to; ``PermissionDenied`` if none."""
+    """The tenant the user belongs to, if only one; errors as ``membership_for_user``."""
     return membership_for_user(user).tenant
 
 
