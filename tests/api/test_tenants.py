@@ -182,3 +182,13 @@ def test_the_membershiptoken_command_refuses_a_tenant_the_user_is_not_in(member,
 
     with pytest.raises(CommandError, match="does not belong to this tenant"):
         call_command("membershiptoken", "other", member.username)
+
+
+def test_resolving_the_tenant_costs_one_query_per_request(both, corpus, rf, django_assert_num_queries):
+    from knowledge.memberships import membership_for_request, tenant_for_request
+
+    request = rf.get("/api/v1/documents/", HTTP_X_TENANT=corpus.slug)
+    request.user, request.session = both, {}
+    with django_assert_num_queries(1):
+        assert membership_for_request(request).tenant == corpus
+        assert tenant_for_request(request) == corpus
