@@ -235,7 +235,7 @@ LOGOUT_REDIRECT_URL = "portal:login"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "knowledge.authentication.MembershipTokenAuthentication",  # DRF tokens and membership tokens
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

@@ -2,7 +2,7 @@
 
 A superuser sees and edits every tenant's rows. A staff user who is not a superuser is a
 *tenant admin*: every changelist, change page, foreign-key choice and list filter is limited to
-the tenant of their membership, and rows they create are forced into that tenant. The models'
+the tenant of their membership (of several: ``admin_tenant``), and rows they create are forced into that tenant. The models'
 default managers must offer ``for_tenant`` (``core.tenancy.TenantScopedQuerySet``).
 """
 
@@ -14,29 +14,37 @@ from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 
-from core.rls import rls_bypass, rls_request_bind
+from core.rls import rls_request_bind
 
 UNSCOPED = object()
 
 
 def admin_tenant(request):
     """The tenant a request's admin views are limited to: ``None`` for no rows at all, or
-    ``UNSCOPED`` for a superuser. Cached on the request."""
+    ``UNSCOPED`` for a superuser. Cached on the request.
+
+    A user of several tenants administers the one chosen in the session (the portal's tenant
+    switcher, ``knowledge.memberships.membership_choose``) when their role there is admin or
+    owner, else their first such tenant by slug; only without any admin or owner membership,
+    the chosen (or only) membership's tenant, as before memberships were several."""
     if not hasattr(request, "_admin_tenant"):
         if request.user.is_superuser:
             request._admin_tenant = UNSCOPED
         else:
-            with rls_bypass():  # resolving the tenant (core.rls): memberships before one is bound
-                membership = (
-                    apps.get_model("knowledge", "Membership")
-                    .objects.select_related("tenant")
-                    .filter(user=request.user)
-                    .first()
-                )
-            if membership:
-                rls_request_bind(tenant_id=membership.tenant_id, user_id=membership.user_id)
-            request._admin_tenant = membership.tenant if membership else None
+            request._admin_tenant = _administered_tenant(request)
     return request._admin_tenant
+
+
+def _administered_tenant(request):
+    from knowledge.memberships import SESSION_KEY, membership_list
+
+    memberships = membership_list(user=request.user)
+    managing = [m for m in memberships if m.role in ("admin", "owner")] or memberships
+    chosen = request.session.get(SESSION_KEY) if hasattr(request, "session") else None
+    membership = next((m for m in managing if m.tenant.slug == chosen), managing[0] if managing else None)
+    if membership:
+        rls_request_bind(tenant_id=membership.tenant_id, user_id=membership.user_id)
+    return membership.tenant if membership else None
 
 
 def admin_view_tenant(request):
@@ -138,7 +146,7 @@ def _choices_for(model, tenant):
     if model is apps.get_model("knowledge", "Tenant"):
         return model.objects.filter(pk=tenant.pk)
     if model is get_user_model():
-        return model._default_manager.filter(membership__tenant=tenant)
+        return model._default_manager.filter(memberships__tenant=tenant)
     return model._default_manager.for_tenant(tenant)
 
 

@@ -322,3 +322,6 @@ class AccessRuleAdmin(TenantScopedAdmin):
     list_filter = ["tenant", ("source", admin.RelatedOnlyFieldListFilter), ("group", admin.RelatedOnlyFieldListFilter)]
     list_select_related = ["tenant", "source", "document", "group", "user"]
     search_fields = ["document__title", "source__name", "group__name", "user__username"]
+
+
+from knowledge import admin_memberships  # noqa: E402, F401  (user memberships inline, membership tokens)

@@ -22,20 +22,19 @@ from rest_framework.views import APIView
 
 from core.api import ERRORS, BoundedLimitOffsetPagination, ErrorSerializer
 from core.errors import PermissionDenied
+from knowledge.memberships import membership_for_request, tenant_for_request
 from knowledge.models import IngestionJob, Membership
 from knowledge.selectors import (
     document_get,
     document_list,
     ingestion_job_get,
-    membership_for_user,
-    tenant_for_user,
 )
 from knowledge.services import document_delete, upload_ingest
 
 
-def _editor_membership(user) -> Membership:
-    """The user's membership if their role may change documents; ``PermissionDenied`` otherwise."""
-    membership = membership_for_user(user)
+def _editor_membership(request) -> Membership:
+    """The request's membership if its role may change documents; ``PermissionDenied`` otherwise."""
+    membership = membership_for_request(request)
     if not membership.can_edit:
         raise PermissionDenied("Only admins and editors may add or delete documents.")
     return membership
@@ -104,7 +103,7 @@ class DocumentListApi(APIView):
         responses={200: OutputSerializer(many=True), **ERRORS},
     )
     def get(self, request):
-        tenant = tenant_for_user(request.user)
+        tenant = tenant_for_request(request)
         filters = self.FilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
         documents = document_list(tenant=tenant, source_name=filters.validated_data.get("source"), user=request.user)
@@ -123,7 +122,7 @@ class DocumentListApi(APIView):
         },
     )
     def post(self, request):
-        membership = _editor_membership(request.user)
+        membership = _editor_membership(request)
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
@@ -171,13 +170,13 @@ class DocumentDetailApi(APIView):
 
     @extend_schema(operation_id="documents_retrieve", responses={200: OutputSerializer, **ERRORS})
     def get(self, request, document_id: int):
-        tenant = tenant_for_user(request.user)
+        tenant = tenant_for_request(request)
         document = document_get(tenant=tenant, document_id=document_id, user=request.user)
         return Response(self.OutputSerializer(document).data)
 
     @extend_schema(operation_id="documents_destroy", responses={204: None, **ERRORS})
     def delete(self, request, document_id: int):
-        membership = _editor_membership(request.user)
+        membership = _editor_membership(request)
         document_get(tenant=membership.tenant, document_id=document_id, user=request.user)  # 404 if hidden
         document_delete(tenant=membership.tenant, document_id=document_id)
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -188,5 +187,5 @@ class JobDetailApi(APIView):
 
     @extend_schema(operation_id="jobs_retrieve", responses={200: JobOutputSerializer, **ERRORS})
     def get(self, request, job_id: int):
-        tenant = tenant_for_user(request.user)
+        tenant = tenant_for_request(request)
         return Response(JobOutputSerializer(ingestion_job_get(tenant=tenant, job_id=job_id)).data)

@@ -41,7 +41,9 @@ class Tenant(models.Model):
 
 
 class Membership(models.Model):
-    """A user's role in a tenant. A user belongs to at most one tenant."""
+    """A user's role in a tenant. A user may belong to several tenants, once each
+    (``membership_unique_user_tenant``); which one a request acts in is
+    ``knowledge.memberships.membership_for_request``."""
 
     class Role(models.TextChoices):
         """What a member may do: viewers ask; members also give feedback and keep their history
@@ -54,11 +56,16 @@ class Membership(models.Model):
         MEMBER = "member", "Member"
         VIEWER = "viewer", "Viewer"
 
-    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="membership")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
 
     objects = TenantScopedQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "tenant"], name="membership_unique_user_tenant"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.user} @ {self.tenant} ({self.role})"
@@ -462,3 +469,6 @@ class AccessRule(models.Model):
         target = f"source {self.source}" if self.source_id else f"document {self.document}"
         grantee = f"group {self.group}" if self.group_id else f"user {self.user}"
         return f"{target} → {grantee}"
+
+
+from knowledge.tokens import MembershipToken  # noqa: E402, F401  (a model of this app, kept in its own module)

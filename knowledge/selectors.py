@@ -12,22 +12,26 @@ from knowledge.models import Chunk, Document, DocumentVersion, IngestionJob, Mem
 
 
 def membership_for_user(user) -> Membership:
-    """The signed-in user's membership; ``PermissionDenied`` if the user has no tenant.
+    """The user's only membership, for code without a request (commands, tasks); a request
+    resolves its tenant with ``knowledge.memberships.membership_for_request``.
+    ``PermissionDenied`` if the user has no tenant, ``InvalidInput`` if they have several.
 
-    This resolves the request's tenant, so it binds the request's row-level-security scope to it
-    (``core.rls.rls_request_bind``); the lookup itself reads memberships before any tenant is
-    bound, hence ``rls_bypass``.
+    Resolving a tenant binds the request's row-level-security scope to it
+    (``core.rls.rls_request_bind``); the lookup itself runs before any tenant is bound, hence
+    ``rls_bypass``.
     """
     with rls_bypass():  # resolving the tenant: the user's memberships, before a tenant is bound
-        membership = Membership.objects.select_related("tenant").filter(user_id=getattr(user, "pk", None)).first()
-    if membership is None:
+        memberships = list(Membership.objects.select_related("tenant").filter(user_id=getattr(user, "pk", None))[:2])
+    if not memberships:
         raise PermissionDenied("Your account does not belong to any tenant.")
-    rls_request_bind(tenant_id=membership.tenant_id, user_id=membership.user_id)
-    return membership
+    if len(memberships) > 1:
+        raise InvalidInput("Your account belongs to several tenants; name one.", code="tenant_required")
+    rls_request_bind(tenant_id=memberships[0].tenant_id, user_id=memberships[0].user_id)
+    return memberships[0]
 
 
 def tenant_for_user(user) -> Tenant:
-    """The tenant the user belongs to; ``PermissionDenied`` if none."""
+    """The tenant the user belongs to, if only one; errors as ``membership_for_user``."""
     return membership_for_user(user).tenant
 
 

@@ -8,6 +8,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api import ERRORS
+from knowledge.memberships import tenant_for_request
 from people.models import Profile
 from people.services import profile_get, profile_update
 
@@ -49,11 +50,11 @@ class ProfileApi(APIView):
 
     @extend_schema(operation_id="profile_retrieve", responses={200: OutputSerializer, **ERRORS})
     def get(self, request):
-        return Response(self.OutputSerializer(profile_get(user=request.user)).data)
+        return Response(self.OutputSerializer(profile_get(user=request.user, tenant=tenant_for_request(request))).data)
 
     @extend_schema(operation_id="profile_update", request=InputSerializer, responses={200: OutputSerializer, **ERRORS})
     def patch(self, request):
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        profile = profile_update(user=request.user, **serializer.validated_data)
+        profile = profile_update(user=request.user, tenant=tenant_for_request(request), **serializer.validated_data)
         return Response(self.OutputSerializer(profile).data)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db import transaction
 
 from core.errors import InvalidInput
+from knowledge.memberships import membership_get
 from knowledge.models import Source
 from knowledge.selectors import membership_for_user
 from people.models import Profile
@@ -13,10 +14,11 @@ TEXT_LIMITS = {"title": 200, "team": 200, "about": 2000}
 FIELDS = ("title", "team", "expertise", "language", "preferred_sources", "muted_sources", "about")
 
 
-def profile_get(*, user) -> Profile:
-    """``user``'s profile in their tenant (an empty one is made on first use). ``PermissionDenied``
-    for a user without a tenant."""
-    membership = membership_for_user(user)
+def profile_get(*, user, tenant=None) -> Profile:
+    """``user``'s profile in ``tenant`` (an empty one is made on first use); without ``tenant``, in
+    their only tenant. ``PermissionDenied`` for a user who is not a member (of ``tenant``);
+    ``InvalidInput`` without ``tenant`` for a user of several tenants."""
+    membership = membership_for_user(user) if tenant is None else membership_get(user=user, tenant=tenant)
     profile, _ = Profile.objects.get_or_create(membership=membership)
     return profile
 
@@ -42,18 +44,19 @@ def _text(field: str, value) -> str:
     return value
 
 
-def profile_update(*, user, **changes) -> Profile:
+def profile_update(*, user, tenant=None, **changes) -> Profile:
     """Change the given fields of ``user``'s profile; the others keep their values.
 
     Fields: ``title``, ``team`` (text, 200 characters), ``about`` (2,000), ``expertise``
     (beginner, intermediate, expert or ""), ``language`` (a language code Django knows, or ""),
     ``preferred_sources`` and ``muted_sources`` (lists of the tenant's source names; a source
-    cannot be both). ``InvalidInput`` naming the bad field; then nothing changes.
+    cannot be both). ``tenant`` as ``profile_get``. ``InvalidInput`` naming the bad field; then
+    nothing changes.
     """
     unknown = sorted(set(changes) - set(FIELDS))
     if unknown:
         raise InvalidInput(f"Unknown profile field(s): {', '.join(unknown)}.")
-    profile = profile_get(user=user)
+    profile = profile_get(user=user, tenant=tenant)
     tenant = profile.membership.tenant
     values: dict = {}
     for field in ("title", "team", "about"):

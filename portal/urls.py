@@ -14,6 +14,7 @@ urlpatterns = [
     ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", views.ask, name="ask"),
+    path("tenant/", views.tenant_switch, name="tenant-switch"),
     path("ask/stream/", views.ask_stream, name="ask-stream"),
     path("feedback/", views.feedback, name="feedback"),
     path("answers/<int:trace_id>/citations/<int:n>/", views.citation_open, name="citation-open"),

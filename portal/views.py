@@ -18,16 +18,16 @@ from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.html import escape, format_html
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from core.errors import ApplicationError, NotFound, PermissionDenied
+from knowledge.memberships import membership_choose, membership_for_request, tenant_for_request
 from knowledge.selectors import (
     chunk_list_for_version,
     document_get,
-    membership_for_user,
     source_overview,
-    tenant_for_user,
 )
 from knowledge.versions import version_diff
 from people.models import Profile
@@ -95,17 +95,38 @@ class ProfileForm(forms.Form):
 
 
 def tenant_required(view):
-    """Sign-in required; the view receives the user's tenant after ``request``, or a 403 page."""
+    """Sign-in required; the view receives the tenant chosen in the session (the user's first by
+    slug until they switch: ``knowledge.memberships``) after ``request``, or a 403 page."""
 
     @wraps(view)
     def wrapper(request, *args, **kwargs):
         try:
-            tenant = tenant_for_user(request.user)
+            tenant = tenant_for_request(request, pick_first=True)
         except PermissionDenied as exc:
             return render(request, "portal/forbidden.html", {"message": exc.message}, status=403)
         return view(request, tenant, *args, **kwargs)
 
     return login_required(wrapper)
+
+
+@require_POST
+@login_required
+def tenant_switch(request):
+    """Switch the tenant the portal acts in (form field ``tenant``, a slug), then go back to
+    ``next`` (a path on this site; the ask page otherwise). A tenant the user is not a member of
+    is a 403 page and changes nothing."""
+    try:
+        membership_choose(request, slug=request.POST.get("tenant", ""))
+    except PermissionDenied as exc:
+        return render(request, "portal/forbidden.html", {"message": exc.message}, status=403)
+    target = request.POST.get("next", "")
+    safe = url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    )
+    # A conversation, document or answer belongs to the tenant just left: land on a neutral page.
+    if not safe or not target.startswith("/") or target.startswith(("/documents/", "/?conversation")):
+        target = reverse("portal:ask")
+    return redirect(target)
 
 
 def citation_url(citation: dict, *, trace_id: int | None = None) -> str:
@@ -162,7 +183,7 @@ def ask(request, tenant):
                 answer_context(
                     answer,
                     thread=thread_context(tenant, request.user, answer),
-                    can_participate=membership_for_user(request.user).can_participate,
+                    can_participate=membership_for_request(request, pick_first=True).can_participate,
                 )
             )
             form = AskForm(
@@ -242,7 +263,7 @@ def ask_stream(request, tenant):
         context = answer_context(
             answer,
             thread=thread_context(tenant, request.user, answer),
-            can_participate=membership_for_user(request.user).can_participate,
+            can_participate=membership_for_request(request, pick_first=True).can_participate,
         )
         html = render_to_string("portal/_answer.html", context, request=request)
         return {**answer, "html": html}
@@ -318,14 +339,14 @@ def _feedback_reply(request, wants_json: bool, message: str, *, status: int):
 @tenant_required
 def profile(request, tenant):
     """The user's profile in this tenant: what personalized answers know about them."""
-    current = profile_get(user=request.user)
+    current = profile_get(user=request.user, tenant=tenant)
     names = list(source_overview(tenant=tenant, user=request.user).values_list("name", flat=True))
     saved = False
     if request.method == "POST":
         form = ProfileForm(request.POST, source_names=names)
         if form.is_valid():
             try:
-                current = profile_update(user=request.user, **form.cleaned_data)
+                current = profile_update(user=request.user, tenant=tenant, **form.cleaned_data)
             except ApplicationError as exc:
                 form.add_error(None, exc.message)
             else:

@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api import ERRORS, ErrorSerializer
-from knowledge.selectors import tenant_for_user
+from knowledge.memberships import tenant_for_request
 from quality.models import ConfigChange
 from quality.selectors import config_change_get
 from quality.services import config_change_override, config_change_propose
@@ -79,7 +79,7 @@ class RetrievalSettingsProposeApi(APIView):
         responses={202: OutputSerializer, 409: ErrorSerializer, **ERRORS},
     )
     def post(self, request):
-        tenant = tenant_for_user(request.user)
+        tenant = tenant_for_request(request)
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         change = config_change_propose(tenant=tenant, user=request.user, proposed=serializer.validated_data["config"])
@@ -93,7 +93,7 @@ class RetrievalSettingsChangeDetailApi(APIView):
 
     @extend_schema(operation_id="retrieval_settings_change", responses={200: OutputSerializer, **ERRORS})
     def get(self, request, change_id: int):
-        change = config_change_get(tenant=tenant_for_user(request.user), change_id=change_id)
+        change = config_change_get(tenant=tenant_for_request(request), change_id=change_id)
         return Response(self.OutputSerializer(_change_data(change)).data)
 
 
@@ -108,6 +108,6 @@ class RetrievalSettingsChangeOverrideApi(APIView):
         responses={200: OutputSerializer, **ERRORS},
     )
     def post(self, request, change_id: int):
-        change = config_change_get(tenant=tenant_for_user(request.user), change_id=change_id)
+        change = config_change_get(tenant=tenant_for_request(request), change_id=change_id)
         change = config_change_override(change_id=change.pk, user=request.user)
         return Response(self.OutputSerializer(_change_data(change)).data)

@@ -8,7 +8,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api import ERRORS, ErrorSerializer
-from knowledge.selectors import source_ids_for_names, tenant_for_user
+from knowledge.memberships import tenant_for_request
+from knowledge.selectors import source_ids_for_names
 from retrieval.config import MAX_QUERY_CHARS, MODES
 from retrieval.conversations import conversation_ask
 from retrieval.pipeline import PIPELINE_NAMES
@@ -85,7 +86,7 @@ class SearchApi(APIView):
         responses={200: OutputSerializer, 502: ErrorSerializer, **ERRORS},
     )
     def post(self, request):
-        tenant = tenant_for_user(request.user)
+        tenant = tenant_for_request(request)
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
@@ -187,7 +188,7 @@ class AskApi(APIView):
         responses={200: OutputSerializer, 502: ErrorSerializer, **ERRORS},
     )
     def post(self, request):
-        tenant = tenant_for_user(request.user)
+        tenant = tenant_for_request(request)
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data

@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api import ERRORS, BoundedLimitOffsetPagination
-from knowledge.selectors import tenant_for_user
+from knowledge.memberships import tenant_for_request
 from retrieval.conversations import conversation_delete
 from retrieval.selectors import conversation_get, conversation_list
 
@@ -32,7 +32,7 @@ class ConversationListApi(APIView):
 
     @extend_schema(operation_id="conversations_list", responses={200: OutputSerializer(many=True), **ERRORS})
     def get(self, request):
-        conversations = conversation_list(tenant=tenant_for_user(request.user), user=request.user)
+        conversations = conversation_list(tenant=tenant_for_request(request), user=request.user)
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(conversations, request, view=self)
         return paginator.get_paginated_response(self.OutputSerializer(page, many=True).data)
@@ -63,11 +63,11 @@ class ConversationDetailApi(APIView):
     @extend_schema(operation_id="conversation_retrieve", responses={200: OutputSerializer, **ERRORS})
     def get(self, request, conversation_id: int):
         conversation = conversation_get(
-            tenant=tenant_for_user(request.user), user=request.user, conversation_id=conversation_id
+            tenant=tenant_for_request(request), user=request.user, conversation_id=conversation_id
         )
         return Response(self.OutputSerializer(conversation).data)
 
     @extend_schema(operation_id="conversation_delete", responses={204: None, **ERRORS})
     def delete(self, request, conversation_id: int):
-        conversation_delete(tenant=tenant_for_user(request.user), user=request.user, conversation_id=conversation_id)
+        conversation_delete(tenant=tenant_for_request(request), user=request.user, conversation_id=conversation_id)
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -12,7 +12,7 @@ from django.db import transaction
 from django.db.models import Max
 
 from core.errors import PermissionDenied
-from knowledge.selectors import membership_for_user
+from knowledge.memberships import membership_get
 from retrieval.models import Conversation, Turn
 from retrieval.pipeline import AnswerRun, pipeline_answer
 from retrieval.selectors import conversation_get
@@ -39,7 +39,7 @@ def conversation_ask(*, tenant, user, question: str, conversation_id: int | None
     """
     if user is None or not user.is_authenticated:
         raise PermissionDenied("Conversations need a signed-in user.")
-    if not membership_for_user(user).can_participate:
+    if not membership_get(user=user, tenant=tenant).can_participate:
         if conversation_id is not None:
             raise PermissionDenied("Viewers do not keep conversations; ask a tenant admin for the member role.")
         return pipeline_answer(tenant=tenant, user=user, question=question, **options)  # answered, not kept

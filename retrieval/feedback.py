@@ -18,8 +18,8 @@ from django.db.models.functions import TruncWeek
 from django.utils import timezone
 
 from core.errors import InvalidInput, PermissionDenied
+from knowledge.memberships import membership_get
 from knowledge.models import Document, Source
-from knowledge.selectors import membership_for_user
 from retrieval.models import Feedback
 from retrieval.selectors import trace_get
 
@@ -70,7 +70,7 @@ def feedback_give(
             raise InvalidInput(f"This answer has no citation [{citation}] (its citations: {numbers}).")
         values["document"] = Document.objects.for_tenant(tenant).filter(pk=cited.get("document_id")).first()
         values["source"] = Source.objects.for_tenant(tenant).filter(pk=cited.get("source_id")).first()
-    if not membership_for_user(user).can_participate:
+    if not membership_get(user=user, tenant=tenant).can_participate:
         raise PermissionDenied("Viewers cannot give feedback; ask a tenant admin for the member role.")
     lookup = {"tenant": tenant, "trace": trace, "user": user, "citation": citation}
     try:

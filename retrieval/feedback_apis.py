@@ -8,7 +8,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api import ERRORS
-from knowledge.selectors import tenant_for_user
+from knowledge.memberships import tenant_for_request
 from retrieval.feedback import MAX_COMMENT_CHARS, feedback_give
 
 
@@ -43,6 +43,6 @@ class FeedbackApi(APIView):
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         feedback = feedback_give(
-            tenant=tenant_for_user(request.user), user=request.user, trace_id=trace_id, **serializer.validated_data
+            tenant=tenant_for_request(request), user=request.user, trace_id=trace_id, **serializer.validated_data
         )
         return Response(self.OutputSerializer(feedback).data, status=status.HTTP_201_CREATED)

@@ -8,7 +8,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api import ERRORS
-from knowledge.selectors import tenant_for_user
+from knowledge.memberships import tenant_for_request
 from retrieval.history import citation_open
 
 
@@ -26,5 +26,5 @@ class CitationOpenApi(APIView):
 
     @extend_schema(operation_id="citation_open", request=None, responses={200: OutputSerializer, **ERRORS})
     def post(self, request, trace_id: int, n: int):
-        opened = citation_open(tenant=tenant_for_user(request.user), user=request.user, trace_id=trace_id, citation=n)
+        opened = citation_open(tenant=tenant_for_request(request), user=request.user, trace_id=trace_id, citation=n)
         return Response(self.OutputSerializer(opened).data)

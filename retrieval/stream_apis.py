@@ -10,7 +10,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.views import APIView
 
 from core.api import ERRORS
-from knowledge.selectors import tenant_for_user
+from knowledge.memberships import tenant_for_request
 from retrieval.apis import AskApi
 from retrieval.conversations import conversation_ask
 from retrieval.streaming import CONTENT_TYPE, HEADERS, answer_events
@@ -75,7 +75,7 @@ class AskStreamApi(APIView):
         },
     )
     def post(self, request):
-        tenant = tenant_for_user(request.user)
+        tenant = tenant_for_request(request)
         serializer = AskApi.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data

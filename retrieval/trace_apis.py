@@ -8,7 +8,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api import ERRORS
-from knowledge.selectors import tenant_for_user
+from knowledge.memberships import tenant_for_request
 from retrieval.selectors import trace_get
 
 
@@ -47,5 +47,5 @@ class TraceDetailApi(APIView):
 
     @extend_schema(operation_id="trace_retrieve", responses={200: OutputSerializer, **ERRORS})
     def get(self, request, trace_id: int):
-        trace = trace_get(tenant=tenant_for_user(request.user), trace_id=trace_id, user=request.user)
+        trace = trace_get(tenant=tenant_for_request(request), trace_id=trace_id, user=request.user)
         return Response(self.OutputSerializer(trace).data)

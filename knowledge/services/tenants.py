@@ -43,7 +43,8 @@ def tenant_delete(*, tenant: Tenant) -> None:
 
 
 def membership_create(*, tenant: Tenant, username: str, password: str, role: str, staff: bool = False):
-    """Create (or update) a user with a role in ``tenant``. Returns the user."""
+    """Create (or update) a user with a role in ``tenant``. Returns the user. An existing user
+    keeps their memberships in other tenants (one membership per tenant)."""
     if role not in Membership.Role.values:
         raise InvalidInput(f"Unknown role {role!r}; use one of {', '.join(Membership.Role.values)}.")
     User = get_user_model()
@@ -52,7 +53,7 @@ def membership_create(*, tenant: Tenant, username: str, password: str, role: str
         user.set_password(password)
         user.is_staff = staff
         user.save()
-        Membership.objects.update_or_create(user=user, defaults={"tenant": tenant, "role": role})
+        Membership.objects.update_or_create(user=user, tenant=tenant, defaults={"role": role})
     return user
 
 

@@ -1,0 +1,157 @@
+"""Which tenant a request acts in, for a user who may belong to several.
+
+One place decides it, ``membership_for_request``, in this order:
+
+1. a membership token (``knowledge.tokens``): its membership, always (an ``X-Tenant`` naming
+   another tenant is a 403);
+2. the ``X-Tenant: <slug>`` header: the user's membership in that tenant, or a 403 that reads the
+   same whether the tenant exists or not;
+3. the portal's choice kept in the session (``membership_choose``), while it is still valid;
+4. the user's only membership. With several and none named, ``InvalidInput`` (400) listing the
+   user's tenants and how to choose, or, for the portal and admin (``pick_first=True``), the
+   first by slug.
+
+A user with no membership at all gets ``PermissionDenied`` (403).
+
+Resolving reads the user's memberships across tenants, before any tenant is bound, so the reads
+here run in ``core.rls.rls_bypass``; ``membership_for_request`` then binds the request's
+row-level-security scope to the tenant it found (``core.rls.rls_request_bind``).
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.utils import timezone
+
+from core.errors import InvalidInput, PermissionDenied
+from core.rls import rls_bypass, rls_request_bind
+from knowledge.models import Membership, Tenant
+from knowledge.tokens import MembershipToken, token_digest
+
+TENANT_HEADER = "X-Tenant"
+SESSION_KEY = "kb_tenant"
+_CACHE = "_kb_membership"
+
+
+def membership_list(*, user) -> list[Membership]:
+    """The user's memberships with their tenants, ordered by tenant slug (empty when signed out)."""
+    if user is None or not getattr(user, "is_authenticated", False):
+        return []
+    with rls_bypass():  # a user's memberships span tenants
+        return list(Membership.objects.select_related("tenant").filter(user_id=user.pk).order_by("tenant__slug"))
+
+
+def membership_get(*, user, tenant: Tenant | int) -> Membership:
+    """``user``'s membership in ``tenant``; ``PermissionDenied`` if they are not a member."""
+    tenant_id = tenant if isinstance(tenant, int) else tenant.pk
+    with rls_bypass():  # checking membership comes before the tenant is bound
+        membership = (
+            Membership.objects.select_related("tenant")
+            .filter(user_id=getattr(user, "pk", None), tenant_id=tenant_id)
+            .first()
+        )
+    if membership is None:
+        raise PermissionDenied("Your account does not belong to this tenant.")
+    return membership
+
+
+def _named(memberships: list[Membership], slug: str) -> Membership:
+    for membership in memberships:
+        if membership.tenant.slug == slug:
+            return membership
+    # The same words whether the tenant exists or not: the answer never tells which slugs exist.
+    raise PermissionDenied(f"You are not a member of a tenant {slug!r}.")
+
+
+def _several(memberships: list[Membership]) -> InvalidInput:
+    slugs = ", ".join(m.tenant.slug for m in memberships)
+    return InvalidInput(
+        f"Your account belongs to several tenants ({slugs}); name one with the {TENANT_HEADER} header "
+        f"(e.g. '{TENANT_HEADER}: {memberships[0].tenant.slug}'), or use an API token of one membership.",
+        code="tenant_required",
+    )
+
+
+def membership_for_request(request, *, pick_first: bool = False) -> Membership:
+    """The membership ``request`` acts in (see the module's docstring for the order).
+
+    ``request`` is a Django ``HttpRequest`` or a DRF ``Request``. ``PermissionDenied`` when the
+    user has no membership, or names (by header) a tenant they do not belong to or one their
+    token does not; ``InvalidInput`` (code ``tenant_required``) when they have several, named
+    none, and ``pick_first`` is false. Cached on the request.
+    """
+    cached = getattr(request, _CACHE, None)
+    if cached is not None and (cached[0], cached[1]) == (pick_first, request.user.pk):
+        return cached[2]
+    membership = _resolve(request, pick_first=pick_first)
+    rls_request_bind(tenant_id=membership.tenant_id, user_id=membership.user_id)
+    setattr(request, _CACHE, (pick_first, request.user.pk, membership))
+    return membership
+
+
+def _resolve(request, *, pick_first: bool) -> Membership:
+    user = request.user
+    named = (request.headers.get(TENANT_HEADER) or "").strip()
+    auth = getattr(request, "auth", None)
+    if isinstance(auth, MembershipToken):
+        membership = auth.membership
+        if named and named != membership.tenant.slug:
+            raise PermissionDenied(f"This API token belongs to tenant {membership.tenant.slug!r}, not {named!r}.")
+        return membership
+    memberships = membership_list(user=user)
+    if not memberships:
+        raise PermissionDenied("Your account does not belong to any tenant.")
+    if named:
+        return _named(memberships, named)
+    session = getattr(request, "session", None)
+    chosen = session.get(SESSION_KEY) if session is not None else None
+    if chosen:
+        match = next((m for m in memberships if m.tenant.slug == chosen), None)
+        if match is not None:
+            return match
+        session.pop(SESSION_KEY, None)  # the membership is gone: forget the choice
+    if len(memberships) == 1 or pick_first:
+        return memberships[0]
+    raise _several(memberships)
+
+
+def tenant_for_request(request, *, pick_first: bool = False) -> Tenant:
+    """The tenant of ``membership_for_request(request)``; same errors."""
+    return membership_for_request(request, pick_first=pick_first).tenant
+
+
+def membership_choose(request, *, slug: str) -> Membership:
+    """Remember ``slug`` as the tenant the portal (and admin) acts in for this session.
+    ``PermissionDenied`` (nothing stored) when the user is not a member of it."""
+    membership = _named(membership_list(user=request.user), slug)
+    request.session[SESSION_KEY] = membership.tenant.slug
+    if hasattr(request, _CACHE):
+        delattr(request, _CACHE)
+    return membership
+
+
+def membership_token_create(*, membership: Membership, name: str = "") -> tuple[MembershipToken, str]:
+    """A new API token of ``membership``; returns the row and its key (shown once: only the key's
+    SHA-256 digest is stored). ``InvalidInput`` for a name over 100 characters."""
+    if len(name) > 100:
+        raise InvalidInput("A token name has at most 100 characters.")
+    key = MembershipToken.new_key()
+    token = MembershipToken.objects.create(membership=membership, name=name, digest=token_digest(key), prefix=key[:12])
+    return token, key
+
+
+def membership_token_authenticate(key: str) -> MembershipToken | None:
+    """The token whose key is ``key`` with its membership, tenant and user, or ``None``. Records
+    when it was last used (at most once a minute, so a busy script writes little)."""
+    with rls_bypass():  # authentication comes before the request's tenant is known
+        token = (
+            MembershipToken.objects.select_related("membership__tenant", "membership__user")
+            .filter(digest=token_digest(key))
+            .first()
+        )
+        if token is not None:
+            now = timezone.now()
+            if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
+                with transaction.atomic():
+                    MembershipToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    return token
