@@ -303,8 +303,8 @@ def searchers(tenant, *, k: int = 10, candidates: int = 100) -> dict:
 
     ``dense`` (the product's dense retriever, plan chosen as in production), ``dense_exact`` and
     ``dense_hnsw`` (plans forced; ``dense_hnsw`` uses the shared per-embedder index when the
-    tenant has none: the design before per-tenant indexes), ``lexical`` (BM25 retriever) and
-    ``hybrid`` (both retrievers, fusion and the result rows' fetch: the search API's work after
+    tenant has none: the design before per-tenant indexes), ``lexical`` (BM25 retriever, MaxScore
+    top-k chosen as in production), ``lexical_exhaustive`` (every posting scored) and ``hybrid`` (both retrievers, fusion and the result rows' fetch: the search API's work after
     the query embedding).
     """
     from dataclasses import replace
@@ -333,6 +333,9 @@ def searchers(tenant, *, k: int = 10, candidates: int = 100) -> dict:
     def lexical(question, vector):
         bm25_search(where=where, query=question, limit=candidates, k1=config.bm25_k1, b=config.bm25_b)
 
+    def lexical_exhaustive(question, vector):
+        bm25_search(where=where, query=question, limit=candidates, k1=config.bm25_k1, b=config.bm25_b, prune=False)
+
     def hybrid(question, vector):
         plan = replace(QueryPlan.from_question(question), dense_vector=[float(x) for x in vector])
         lists, _ = candidates_retrieve(
@@ -345,7 +348,46 @@ def searchers(tenant, *, k: int = 10, candidates: int = 100) -> dict:
         "dense_exact": dense("exact"),
         "dense_hnsw": dense("hnsw"),
         "lexical": lexical,
+        "lexical_exhaustive": lexical_exhaustive,
         "hybrid": hybrid,
+    }
+
+
+def lexical_exactness(tenant, questions: list[str], *, limit: int = 100) -> dict:
+    """MaxScore BM25 top-``limit`` (``prune=True``) against exhaustive scoring, per question.
+
+    Returns ``{"queries", "identical_rankings"}`` (same chunk ids in the same order),
+    ``"identical_sets"``, ``"max_relative_score_difference"`` (floating-point summation order)
+    and ``"differing"`` (the first few questions whose rankings differ, for inspection).
+    """
+    from retrieval.config import SearchConfig
+    from retrieval.stages.retrieve.filters import RetrievalFilter
+    from retrieval.stages.retrieve.lexical import bm25_search
+
+    where = RetrievalFilter.for_tenant(tenant)
+    config = SearchConfig.for_tenant(tenant)
+    same_order = same_set = 0
+    worst = 0.0
+    differing = []
+    for question in questions:
+        kwargs = {"where": where, "query": question, "limit": limit, "k1": config.bm25_k1, "b": config.bm25_b}
+        exhaustive = bm25_search(**kwargs, prune=False)
+        pruned = bm25_search(**kwargs, prune=True)
+        same_order += [c for c, _ in exhaustive] == [c for c, _ in pruned]
+        same_set += {c for c, _ in exhaustive} == {c for c, _ in pruned}
+        scores = dict(exhaustive)
+        for chunk, score in pruned:
+            if chunk in scores:
+                worst = max(worst, abs(score - scores[chunk]) / max(abs(scores[chunk]), 1e-300))
+        if [c for c, _ in exhaustive] != [c for c, _ in pruned] and len(differing) < 5:
+            differing.append(question)
+    return {
+        "queries": len(questions),
+        "limit": limit,
+        "identical_rankings": same_order,
+        "identical_sets": same_set,
+        "max_relative_score_difference": worst,
+        "differing": differing,
     }
 
 

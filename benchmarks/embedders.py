@@ -38,6 +38,16 @@ DJANGO_DOCS = ROOT / ".kb-data" / "downloads"
 METRICS = ("ndcg@10", "recall@10", "hit@1", "mrr@10", "p50_ms")
 
 
+def dataset_paths() -> dict:
+    """``retrieval_quality.DATASETS`` (``../shared/datasets``), or under ``KB_BENCH_DATASETS`` when set."""
+    from retrieval_quality import DATASETS, DATASETS_DIR
+
+    base = os.environ.get("KB_BENCH_DATASETS")
+    if not base:
+        return DATASETS
+    return {name: [Path(base) / p.relative_to(DATASETS_DIR) for p in paths] for name, paths in DATASETS.items()}
+
+
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -60,12 +70,10 @@ def chunk_texts(limit: int) -> tuple[str, list[str]]:
             if len(texts) >= limit:
                 break
     else:
-        from retrieval_quality import DATASETS
-
         from quality.importers import dataset_load
 
         origin = "BioASQ dev abstracts"
-        dataset = dataset_load(name="bioasq", paths=DATASETS["bioasq"])
+        dataset = dataset_load(name="bioasq", paths=dataset_paths()["bioasq"])
         for document in dataset.documents:
             texts += [embedding_input(span) for span in splitter.split(document)]
             if len(texts) >= limit:
@@ -81,13 +89,12 @@ def percentile(values: list[float], q: float) -> float:
 def speed(backends: list[str], *, chunks: int, rounds: int, queries: int) -> dict:
     """Throughput, query latency, cache-hit latency and agreement with torch, in this process."""
     import numpy as np
-    from retrieval_quality import DATASETS
 
     from knowledge.embedders import LocalMiniLMEmbedder
     from quality.importers import dataset_load
 
     origin, texts = chunk_texts(chunks)
-    questions = [q.question for q in dataset_load(name="bioasq", paths=DATASETS["bioasq"]).judgments][:queries]
+    questions = [q.question for q in dataset_load(name="bioasq", paths=dataset_paths()["bioasq"]).judgments][:queries]
     log(f"speed: {len(texts)} chunks from {origin}, {len(questions)} queries, {rounds} interleaved rounds")
     embedders = {}
     for backend in backends:
@@ -172,7 +179,6 @@ def quality_child(*, backend: str, docs_backend: str, datasets: list[str]) -> di
     """In a process whose KB_EMBEDDER_BACKEND is ``backend``: dense and hybrid metrics per dataset
     on the tenants whose documents ``docs_backend`` embedded (ingested here when they are new)."""
     from django.conf import settings
-    from retrieval_quality import DATASETS
 
     from knowledge.models import Chunk
     from quality.importers import dataset_load
@@ -182,7 +188,7 @@ def quality_child(*, backend: str, docs_backend: str, datasets: list[str]) -> di
     assert settings.KB_EMBEDDER_BACKEND == backend, (settings.KB_EMBEDDER_BACKEND, backend)
     out: dict = {}
     for name in datasets:
-        dataset = dataset_load(name=name, paths=DATASETS[name])
+        dataset = dataset_load(name=name, paths=dataset_paths()[name])
         tenant, judgment_list, report = tenant_for(dataset, name=name, slug=f"bench-emb-{docs_backend}-{name}")
         entry: dict = {"chunks": Chunk.objects.for_tenant(tenant).count(), "embed_seconds": report.embed_seconds}
         config = SearchConfig.for_tenant(tenant)

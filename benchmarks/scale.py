@@ -1,7 +1,8 @@
 """A 100,000-chunk tenant: search latency, index build time, database size and ingestion throughput.
 
 Usage: python benchmarks/scale.py [--chunks 100000] [--queries 100] [--base-sentences N]
-       [--fidelity 300] [--ingest-sample 200] [--keep]
+       [--fidelity 300] [--ingest-sample 200] [--no-dev-set] [--keep]
+       [--exactness-tenants bench-bioasq,bench-hotpotqa,bench-rag4p]
 
 Builds (or, after ``--keep``, reuses) the tenant ``scale-<chunks>`` from real text recombined
 with real-embedder-derived vectors (``benchmarks/_corpus.py`` documents the method; the JSON's
@@ -9,8 +10,11 @@ with real-embedder-derived vectors (``benchmarks/_corpus.py`` documents the meth
 the product's BM25 triggers and given its own HNSW index by the product's
 ``tenant_vector_index_ensure``. Then, with pre-embedded real questions (BioASQ, HotpotQA) and
 every configuration interleaved per query: hybrid p50/p95 (retrievers + fusion + row fetch,
-query embedding excluded), lexical and dense p50 (dense on the tenant index and, for
-reference, the exact scan), dense recall@100 of the index against the exact scan, index build
+query embedding excluded), lexical p50 (MaxScore top-k as in production, and exhaustive
+scoring for reference) and dense p50 (dense on the tenant index and, for reference, the exact
+scan), whether MaxScore's top-100 equals exhaustive BM25's for every question
+(``lexical_exactness``; also on the dev-set tenants named by ``--exactness-tenants``, with their
+judgment lists' questions), dense recall@100 of the index against the exact scan, index build
 time, database size per 1k chunks (``pg_total_relation_size`` delta of the chunk, BM25 and
 document tables) and storing throughput; then ingestion throughput with the real embedder
 (the product's ``documents_ingest``) on ``--ingest-sample`` chunks in a throwaway tenant.
@@ -104,6 +108,23 @@ def dev_set_recall(*, keep: bool) -> dict:
     return result
 
 
+def dev_set_exactness(slug: str) -> dict | None:
+    """``lexical_exactness`` on tenant ``slug`` (e.g. ``bench-bioasq`` of ``retrieval_quality.py``)
+    with the questions of its judgment lists; ``None`` when the tenant does not exist."""
+    import _corpus
+
+    from knowledge.models import Tenant
+    from quality.models import Judgment
+
+    tenant = Tenant.objects.filter(slug=slug).first()
+    if tenant is None:
+        return None
+    questions = list(
+        Judgment.objects.filter(judgment_list__tenant=tenant).order_by("pk").values_list("question", flat=True)
+    )
+    return _corpus.lexical_exactness(tenant, questions)
+
+
 def main() -> None:
     django_setup()
     import _corpus
@@ -120,6 +141,9 @@ def main() -> None:
     parser.add_argument("--ingest-sample", type=int, default=200, help="chunks ingested with the real embedder")
     parser.add_argument("--no-dev-set", action="store_true", help="skip BioASQ dense recall, index vs exact")
     parser.add_argument("--keep", action="store_true", help="keep the scale tenant for the next run")
+    parser.add_argument(
+        "--exactness-tenants", default="", help="comma-separated tenants whose judgment lists check MaxScore"
+    )
     args = parser.parse_args()
 
     sentences = _corpus.base_sentences(args.base_sentences)
@@ -150,12 +174,15 @@ def main() -> None:
     output["indexes"] = tenant_vector_indexes(tenant_id=tenant.pk)
     runs = _corpus.searchers(tenant)
     timed = _corpus.time_interleaved(
-        {name: runs[name] for name in ("hybrid", "lexical", "dense", "dense_exact")},
+        {name: runs[name] for name in ("hybrid", "lexical", "lexical_exhaustive", "dense", "dense_exact")},
         questions,
         qvectors,
         rounds=args.rounds,
     )
     output["search"] = timed
+    output["lexical_exactness"] = {tenant.slug: _corpus.lexical_exactness(tenant, questions)}
+    for slug in [s for s in args.exactness_tenants.split(",") if s.strip()]:
+        output["lexical_exactness"][slug] = dev_set_exactness(slug)
     save()
     output["goal_hybrid_p50_ms_max"] = 15
     output["dense_recall_at_100_vs_exact"] = {
