@@ -1,6 +1,6 @@
 """Near-duplicates on two releases of the Django docs: collapsing, the kept copy, pairs, the classifier.
 
-Usage: python benchmarks/near_duplicates.py [--folders howto faq] [--pairs-file PATH] [--drop]
+Usage: python benchmarks/near_duplicates.py [--folders F ...] [--also-threshold T ...] [--pairs-file PATH] [--drop]
 
 Downloads Django 4.2's and 5.2's source distributions with pip (``demo.services.django_docs_download``,
 into ``$KB_DATA_DIR/downloads``) and ingests the chosen ``docs/`` folders of each release as its own
@@ -13,14 +13,15 @@ Prints one JSON object:
 
 * ``corpus``: documents, chunks, exact duplicates, ingestion and near-duplicate seconds, and the
   near-duplicate step's share (``throughput_ratio``: ingestion chunks/s with the step over without);
-* ``sweep``: for Jaccard thresholds 0.7/0.8/0.9, the pairs found (LSH + exact check) and their
+* ``sweep``: for Jaccard thresholds 0.5 to 0.9, the pairs found (LSH + exact check) and their
   precision by an objective rule: a pair is right when both are the same page (same path) in the
   two releases; ``same_page_recall``: of the same-path page pairs whose exact Jaccard passes the
   threshold, the share found;
 * ``retrieval``: over 50 questions (top 10, hybrid), pages appearing twice (both releases) in the
   top 10 without and with collapsing (and which pages stay doubled), and among collapsed results
-  from a cluster, how often the kept copy is the newer release; at the default threshold 0.8 and
-  at each ``--also-threshold`` (default 0.5; the clusters are rebuilt, then set back to 0.8);
+  from a cluster, how often the kept copy is the newer release; at the default threshold
+  (``KB_NEAR_DUPLICATE_THRESHOLD``, 0.5) and at each ``--also-threshold`` (default 0.8; the
+  clusters are rebuilt, then set back to the default);
 * ``classifier``: meaningful/meaningless counts over all pairs at the default threshold and over a
   sample of 30 pairs (seed 8), written with their diffs to ``--pairs-file`` for checking by hand.
 """
@@ -105,11 +106,16 @@ def main() -> None:
     from django.conf import settings
 
     parser = argparse.ArgumentParser()
-    parser.add_argument("--folders", nargs="+", default=["howto", "faq"], help="folders of docs/ to ingest")
+    parser.add_argument(
+        "--folders",
+        nargs="+",
+        default=["howto", "faq", "intro", "misc", "topics/http"],
+        help="folders of docs/ to ingest",
+    )
     parser.add_argument("--pairs-file", type=Path, default=Path("benchmarks/results/near_duplicates_pairs.md"))
     parser.add_argument("--drop", action="store_true", help="delete the benchmark tenant afterwards")
     parser.add_argument(
-        "--also-threshold", type=float, nargs="*", default=[0.5], help="retrieval also measured at these thresholds"
+        "--also-threshold", type=float, nargs="*", default=[0.8], help="retrieval also measured at these thresholds"
     )
     args = parser.parse_args()
     settings.KB_NEAR_DUPLICATES = False  # the step runs below, timed apart from ingestion
@@ -155,7 +161,8 @@ def run(args, settings) -> dict:
     try:
         corpus = ingest(tenant, args, settings)
         started = time.perf_counter()
-        step = near_duplicates_refresh(tenant_id=tenant.pk, threshold=0.8, rebuild=True)
+        default = settings.KB_NEAR_DUPLICATE_THRESHOLD
+        step = near_duplicates_refresh(tenant_id=tenant.pk, threshold=default, rebuild=True)
         corpus["near_duplicates_seconds"] = round(time.perf_counter() - started, 3)
         corpus["near_duplicates_step"] = step
         corpus["chunks"] = Chunk.objects.for_tenant(tenant).count()
@@ -169,13 +176,13 @@ def run(args, settings) -> dict:
         corpus["ingest_seconds"] = round(corpus["ingest_seconds"], 2)
 
         sweep = threshold_sweep(tenant, current, candidate_pairs, jaccard, shingles)
-        classifier = classifier_check(tenant, NearDuplicatePair, args.pairs_file)
-        retrieval = {"0.8": retrieval_check(tenant)}
+        classifier = classifier_check(tenant, NearDuplicatePair, args.pairs_file, threshold=default)
+        retrieval = {str(default): retrieval_check(tenant)}
         for threshold in args.also_threshold:
             near_duplicates_refresh(tenant_id=tenant.pk, threshold=threshold, rebuild=True)
             retrieval[str(threshold)] = retrieval_check(tenant)
         if args.also_threshold:
-            near_duplicates_refresh(tenant_id=tenant.pk, threshold=0.8, rebuild=True)  # back to the default
+            near_duplicates_refresh(tenant_id=tenant.pk, threshold=default, rebuild=True)  # back to the default
     finally:
         if args.drop:
             Tenant.objects.filter(pk=tenant.pk).delete()
@@ -278,7 +285,7 @@ def retrieval_check(tenant) -> dict:
     }
 
 
-def classifier_check(tenant, NearDuplicatePair, pairs_file: Path) -> dict:
+def classifier_check(tenant, NearDuplicatePair, pairs_file: Path, *, threshold: float) -> dict:
     from knowledge.dedup.near import change_summary
 
     pairs = list(
@@ -292,7 +299,7 @@ def classifier_check(tenant, NearDuplicatePair, pairs_file: Path) -> dict:
     lines = [
         "# Near-duplicate pairs to check by hand (benchmarks/near_duplicates.py)",
         "",
-        f"{len(sample)} pairs sampled (seed {SEED}) of {len(pairs)} at Jaccard >= 0.8 on the Django 4.2/5.2 docs.",
+        f"{len(sample)} pairs sampled (seed {SEED}) of {len(pairs)} at Jaccard >= {threshold} on the Django 4.2/5.2 docs.",
         "For each: is the classifier's kind right (meaningless = equal after normalizing case, whitespace,",
         "punctuation and markup; meaningful = a real edit), and does `update` summarize the change?",
         "",

@@ -180,3 +180,13 @@ def test_taking_a_member_out_dissolves_a_two_member_cluster(two_releases):
     member = NearDuplicateMember.objects.for_tenant(two_releases).first()
     assert near_duplicate_members_detach(tenant=two_releases, member_ids=[member.pk]) == 1
     assert not NearDuplicateCluster.objects.for_tenant(two_releases).exists()
+
+
+def test_the_tenant_threshold_setting_is_used_by_the_task(two_releases):
+    two_releases.retrieval_config = {"near_duplicate_threshold": 0.99}
+    two_releases.save(update_fields=["retrieval_config"])
+    assert near_duplicates_refresh(tenant_id=two_releases.pk, rebuild=True)["pairs"] == 0
+    two_releases.retrieval_config = {"near_duplicate_threshold": 2}
+    two_releases.save(update_fields=["retrieval_config"])
+    with pytest.raises(InvalidInput, match="near_duplicate_threshold"):
+        near_duplicates_refresh(tenant_id=two_releases.pk)
