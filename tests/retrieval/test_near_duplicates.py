@@ -152,3 +152,20 @@ def test_the_admin_splits_a_cluster(two_releases, admin_client):  # noqa: F811
 def test_a_tenant_without_duplicates_runs_no_near_duplicates_step(corpus):
     run = pipeline_answer(tenant=corpus, question="How long do I boil spaghetti?", use_llm=False, trace=False)
     assert "near_duplicates" not in [s.stage for s in run.steps]
+
+
+def test_a_near_duplicate_the_asker_may_not_see_is_never_listed(two_releases):  # noqa: F811
+    from knowledge.access import access_group_save, access_rule_grant
+
+    member = MembershipFactory(tenant=two_releases, role="member").user
+    insider = MembershipFactory(tenant=two_releases, role="member").user
+    group = access_group_save(tenant=two_releases, name="archivists", members=[insider])
+    access_rule_grant(tenant=two_releases, source=two_releases.sources.get(name="django-4.2"), group=group)
+
+    def listed(user):
+        results = chunk_search(tenant=two_releases, query=QUESTION, k=5, user=user).results
+        top = next(r for r in results if r.chunk.version.document.external_id == "5.2/ref/databases")
+        return [d["document"] for d in top.as_dict()["near_duplicates"] or []]
+
+    assert listed(insider) == ["4.2/ref/databases"]
+    assert listed(member) == []
