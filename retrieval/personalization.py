@@ -100,7 +100,7 @@ def personal_signals_get(*, tenant, user) -> PersonalSignals:
     """``user``'s ranking signals in ``tenant``: profile sources and the usefulness of documents and
     sources from their own and their team's feedback and opened citations (``PersonalSignals``).
 
-    An anonymous user, or one without a profile and history, gets empty signals. Five small
+    An anonymous user, or one without a profile and history, gets empty signals. Seven small
     queries, each bounded by the tenant and the user (or their team).
     """
     signals = PersonalSignals()
