@@ -28,6 +28,7 @@ import json
 import statistics
 import sys
 import time
+from pathlib import Path
 
 from _setup import ROOT, django_setup
 
@@ -197,10 +198,11 @@ def latency(tenant, user, *, rounds: int) -> dict:
     return result
 
 
-def shared_dev(names: list[str], *, keep: bool) -> dict:
+def shared_dev(names: list[str], *, keep: bool, datasets_dir: Path) -> dict:
     """Each dataset's hybrid rankings as nobody and as a member without a profile (personalize
     on), judged exactly as ``quality.services.evaluation_run`` judges them."""
-    from retrieval_quality import DATASETS, tenant_for
+    import retrieval_quality
+    from retrieval_quality import tenant_for
 
     from knowledge.models import Membership, Tenant
     from knowledge.services import membership_create
@@ -211,9 +213,15 @@ def shared_dev(names: list[str], *, keep: bool) -> dict:
     from retrieval.config import MAX_QUERY_CHARS
     from retrieval.pipeline import pipeline_retrieve
 
+    if not datasets_dir.is_dir():
+        raise SystemExit(f"No datasets folder {datasets_dir}; pass --datasets-dir.")
+    paths = {
+        name: [datasets_dir / p.relative_to(retrieval_quality.DATASETS_DIR) for p in ps]
+        for name, ps in retrieval_quality.DATASETS.items()
+    }
     out: dict = {}
     for name in names:
-        dataset = dataset_load(name=name, paths=DATASETS[name])
+        dataset = dataset_load(name=name, paths=paths[name])
         tenant, judgment_list, _ = tenant_for(dataset, name=name)
         try:
             username = f"bench-{name}-member"
@@ -261,6 +269,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--grid", action="store_true", help="also evaluate band x boost settings")
     parser.add_argument("--keep", action="store_true", help="keep the dataset tenants for the next run")
+    parser.add_argument(
+        "--datasets-dir",
+        type=Path,
+        default=ROOT.parent / "shared" / "datasets",
+        help="the shared datasets (default ../shared/datasets; from a git worktree: /work/shared/datasets)",
+    )
     args = parser.parse_args()
 
     from retrieval.pipeline import PipelineSpec
@@ -290,7 +304,7 @@ def main() -> None:
             log(json.dumps(result["grid"][-1]))
     result["latency_hybrid"] = latency(tenant, users["ref-reader"], rounds=args.rounds)
     log(json.dumps(result["latency_hybrid"]))
-    result["shared_dev_without_profile"] = shared_dev(args.datasets, keep=args.keep)
+    result["shared_dev_without_profile"] = shared_dev(args.datasets, keep=args.keep, datasets_dir=args.datasets_dir)
     print(json.dumps(result, indent=2))
 
 

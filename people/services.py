@@ -95,4 +95,7 @@ def profile_update(*, user, tenant=None, **changes) -> Profile:
             profile.preferred_sources.set(preferred)
         if muted is not None:
             profile.muted_sources.set(muted)
+    from retrieval.personalization import personal_signals_forget  # people sits below retrieval
+
+    personal_signals_forget(tenant=tenant, user=user)
     return profile

@@ -21,6 +21,7 @@ from core.errors import InvalidInput, PermissionDenied
 from knowledge.memberships import membership_get
 from knowledge.models import Document, Source
 from retrieval.models import Feedback
+from retrieval.personalization import personal_signals_forget
 from retrieval.selectors import trace_get
 
 MAX_COMMENT_CHARS = 2000
@@ -73,6 +74,7 @@ def feedback_give(
     if not membership_get(user=user, tenant=tenant).can_participate:
         raise PermissionDenied("Viewers cannot give feedback; ask a tenant admin for the member role.")
     lookup = {"tenant": tenant, "trace": trace, "user": user, "citation": citation}
+    personal_signals_forget(tenant=tenant, user=user)  # personalization reads feedback (cached)
     try:
         with transaction.atomic():
             return Feedback.objects.update_or_create(**lookup, defaults=values)[0]

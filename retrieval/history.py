@@ -68,6 +68,9 @@ def citation_open(*, tenant, user, trace_id: int, citation: int) -> OpenedCitati
             except IntegrityError:
                 if attempt:
                     raise
+        from retrieval.personalization import personal_signals_forget
+
+        personal_signals_forget(tenant=tenant, user=user)
     return OpenedCitation(
         document_id=document.pk,
         version=chunk.version.number if chunk else None,

@@ -136,8 +136,8 @@ class PipelineSpec:
     # The ``personal`` reranker (retrieval.stages.rerank.personal, docs/personalization.md): factor
     # 1 + boost (preferred source) + useful_boost x usefulness, within 1 +- cap; a muted source's
     # results x (1 - mute); only results within ``band`` of the top score are reordered.
-    personal_boost: float = 0.1
-    personal_useful_boost: float = 0.1
+    personal_boost: float = 0.2
+    personal_useful_boost: float = 0.2
     personal_cap: float = 0.2
     personal_mute: float = 0.2
     personal_band: float = 0.15

@@ -125,11 +125,11 @@ def test_the_factor_is_capped_however_much_evidence_there_is(guides, member):
     assert max(r.components["personal"]["factor"] for r in run.results) == pytest.approx(1.05)
 
 
-def test_default_settings_give_a_preferred_source_a_ten_percent_boost(guides, member):
+def test_default_settings_give_a_preferred_source_a_twenty_percent_boost(guides, member):
     profile_update(user=member, preferred_sources=["howto"])
     run = ranked(guides, member, overrides={"personal_band": 1.0})
     howto = next(r for r in run.results if r.chunk.version.document.external_id == HOWTO.external_id)
-    assert howto.components["personal"]["factor"] == pytest.approx(1.1)
+    assert howto.components["personal"]["factor"] == pytest.approx(1.2)
 
 
 def test_a_muted_source_is_demoted_within_the_band_but_never_removed(guides, member):

@@ -24,7 +24,7 @@ result's ``components["personal"]`` and the moves in the step summary.
 
 from __future__ import annotations
 
-from retrieval.personalization import PersonalSignals, personal_signals_get
+from retrieval.personalization import PersonalSignals, personal_signals_cached
 
 _UNSET = object()
 
@@ -36,7 +36,7 @@ def signals_for(run) -> PersonalSignals | None:
     if cached is _UNSET:
         cached = None
         if run.options.get("personalize", True) and run.user is not None:
-            cached = personal_signals_get(tenant=run.tenant, user=run.user)
+            cached = personal_signals_cached(tenant=run.tenant, user=run.user)
         run._personal_signals = cached
     return cached
 
