@@ -186,9 +186,14 @@ def personal_signals_forget(*, tenant, user) -> None:
 
 
 def _permissions_line(*, tenant, user, where) -> str:
-    """What the asker may search: role and "N of M sources" (the request's source filter applied)."""
+    """What the asker may search: role and "N of M sources": M the sources their access rules let
+    them see (``knowledge.access``; hidden ones are neither named nor counted), N those the
+    request's source filter keeps."""
+    from knowledge.access import sources_visible
+
     role = Membership.objects.for_tenant(tenant).filter(user_id=user.pk).values_list("role", flat=True).first()
-    names = list(Source.objects.for_tenant(tenant).order_by("name").values_list("pk", "name"))
+    readable = sources_visible(Source.objects.for_tenant(tenant), where.access)
+    names = list(readable.order_by("name").values_list("pk", "name"))
     visible = [name for pk, name in names if not where.source_ids or pk in set(where.source_ids)]
     shown = ", ".join(visible[:12]) + (", …" if len(visible) > 12 else "")
     return f"Role: {role or 'none'}; searches {len(visible)} of {len(names)} sources ({shown})."
