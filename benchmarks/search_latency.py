@@ -7,7 +7,8 @@ with, for hybrid, the mean of each timing (``lexical_ms``, ``embed_ms``, ``embed
 The embedder's query cache is cleared before each search (repeated rounds would otherwise skip
 the embedding) unless ``--cached``. ``--rls`` runs each search a second time inside
 ``core.rls.tenant_context`` (row-level security on, autocommit as in a request) and adds
-``rls_modes`` and ``rls_over_plain_p50`` (the two interleaved, question by question).
+``rls_modes`` and ``rls_over_plain_p50`` (the two interleaved, question by question), and a third
+time inside one transaction as well (``rls_atomic_*``: a request under ``ATOMIC_REQUESTS``).
 """
 
 import argparse
@@ -49,6 +50,8 @@ def percentile(values: list[float], q: float) -> float:
 
 def main() -> None:
     django_setup()
+    from django.db import transaction
+
     from core.rls import tenant_context
     from knowledge.embedders import get_embedder
     from knowledge.models import Chunk, Document, Tenant
@@ -78,6 +81,7 @@ def main() -> None:
     # other processes) weighs on all three alike.
     totals: dict[str, list[float]] = {mode: [] for mode in ("dense", "lexical", "hybrid")}
     rls_totals: dict[str, list[float]] = {mode: [] for mode in totals}
+    rls_atomic_totals: dict[str, list[float]] = {mode: [] for mode in totals}
     parts: dict[str, list[float]] = {}
     embedder = get_embedder(tenant.embedder)
 
@@ -101,6 +105,11 @@ def main() -> None:
                     with tenant_context(tenant.pk):
                         chunk_search(tenant=tenant, query=question, k=args.k, mode=mode)
                     rls_totals[mode].append((time.perf_counter() - t) * 1000)
+                    cache_clear()
+                    t = time.perf_counter()
+                    with tenant_context(tenant.pk), transaction.atomic():
+                        chunk_search(tenant=tenant, query=question, k=args.k, mode=mode)
+                    rls_atomic_totals[mode].append((time.perf_counter() - t) * 1000)
     for mode, times in totals.items():
         output["modes"][mode] = {
             "p50_ms": round(percentile(times, 50), 1),
@@ -114,6 +123,13 @@ def main() -> None:
         }
         output["rls_over_plain_p50"] = {
             mode: round(percentile(rls_totals[mode], 50) / percentile(totals[mode], 50), 3) for mode in totals
+        }
+        output["rls_atomic_modes"] = {
+            mode: {"p50_ms": round(percentile(times, 50), 1), "p95_ms": round(percentile(times, 95), 1)}
+            for mode, times in rls_atomic_totals.items()
+        }
+        output["rls_atomic_over_plain_p50"] = {
+            mode: round(percentile(rls_atomic_totals[mode], 50) / percentile(totals[mode], 50), 3) for mode in totals
         }
     output["hybrid_timings_mean_ms"] = {key: round(statistics.mean(values), 2) for key, values in parts.items()}
     output["hybrid_over_dense_p50"] = round(output["modes"]["hybrid"]["p50_ms"] / output["modes"]["dense"]["p50_ms"], 2)

@@ -36,7 +36,6 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import transaction
 from psycopg import pq
 
 APP_ROLE = "kb_app"
@@ -136,10 +135,19 @@ def rls_request_bind(*, tenant_id: int, user_id: int | None = None) -> None:
         scope.user_id = None if user_id is None else int(user_id)
 
 
+def _set_sql(wanted: tuple[str, str, str]) -> str:
+    """The ``set_config`` statement with its values inlined (a role name of ours and two integers,
+    validated here), so it can share a simple-protocol round trip with ``BEGIN``."""
+    role, tenant_id, user_id = wanted
+    if role not in (APP_ROLE, "none") or not all(v == "" or v.isdigit() for v in (tenant_id, user_id)):
+        raise ValueError(f"Bad row-level-security settings: {wanted!r}")
+    return _SET.replace("%s", "'{}'").format(role, tenant_id, user_id)
+
+
 def _apply(connection, wanted: tuple[str, str, str]) -> None:
     if connection.connection.info.transaction_status == pq.TransactionStatus.INERROR:
         return  # an aborted transaction runs nothing but its rollback (which goes through here)
-    connection.connection.execute(_SET, list(wanted))
+    connection.connection.execute(_set_sql(wanted))
     connection.rls_applied = wanted
 
 
@@ -149,7 +157,7 @@ def rls_execute(execute, sql, params, many, context):
     Outside any scope, with nothing applied in the current transaction, it costs one
     ``ContextVar`` lookup. Inside a transaction the settings are sent once per transaction (and
     after a scope change or savepoint rollback); a scoped statement in autocommit mode runs in
-    its own transaction: ``BEGIN``, ``set_config``, the statement, ``COMMIT``.
+    its own transaction: ``BEGIN; set_config`` (one round trip), the statement, ``COMMIT``.
     """
     scope = _scope.get()
     connection = context["connection"]
@@ -167,9 +175,19 @@ def rls_execute(execute, sql, params, many, context):
         # Autocommit: each statement is its own transaction and starts with the session's
         # settings; no transaction is opened (CREATE INDEX CONCURRENTLY must run outside one).
         return execute(sql, params, many, context)
-    with transaction.atomic(using=connection.alias):
-        _apply(connection, wanted)
-        return execute(sql, params, many, context)
+    # One round trip for BEGIN and the settings (simple query protocol), one for COMMIT. Django
+    # stays in autocommit mode meanwhile: a server-side cursor is declared WITH HOLD, so it
+    # outlives the COMMIT like any autocommit statement's.
+    raw = connection.connection
+    raw.execute("BEGIN; " + _set_sql(wanted))
+    try:
+        result = execute(sql, params, many, context)
+    except BaseException:
+        if not raw.closed:
+            raw.execute("ROLLBACK")
+        raise
+    raw.execute("COMMIT")
+    return result
 
 
 def rls_transaction_ended(connection) -> None:

@@ -6,7 +6,8 @@ the rows it needs (now and, through default privileges, tables later migrations 
 installs two functions the final migration of any later feature can run again:
 
 - ``kb_rls_enable()``: RLS plus the policy ``kb_tenant_isolation``
-  (``tenant_id = current_setting('app.tenant_id')::bigint``) on EVERY table of the schema with a
+  (``tenant_id = (SELECT current_setting('app.tenant_id')::bigint)``: the sub-select is an
+  InitPlan, evaluated once per query and usable as an index condition, not once per row) on EVERY table of the schema with a
   ``tenant_id`` column, and the grants; returns the tables' names. Idempotent.
 - ``kb_rls_enable_child(child, fk_column, parent)``: the same for a table without ``tenant_id``
   whose rows belong to a parent row: visible when the parent row is (the parent's own policy
@@ -76,7 +77,7 @@ BEGIN
         EXECUTE format('DROP POLICY IF EXISTS kb_tenant_isolation ON %s', tbl);
         EXECUTE format(
             'CREATE POLICY kb_tenant_isolation ON %s'
-            ' USING (tenant_id = NULLIF(current_setting(''app.tenant_id'', true), '''')::bigint)',
+            ' USING (tenant_id = (SELECT NULLIF(current_setting(''app.tenant_id'', true), '''')::bigint))',
             tbl
         );
         RETURN NEXT tbl::text;
@@ -99,7 +100,7 @@ END $fn$;
 # SELECT only, so no membership can be written outside the request's tenant.
 MEMBER_SELF = """
 CREATE POLICY kb_member_self ON knowledge_membership FOR SELECT
-    USING (user_id = NULLIF(current_setting('app.user_id', true), '')::bigint);
+    USING (user_id = (SELECT NULLIF(current_setting('app.user_id', true), '')::bigint));
 """
 
 ENABLE = (
