@@ -28,6 +28,8 @@ CHILD_TABLES = [
     ("retrieval_turn", "conversation_id", "retrieval_conversation"),
     ("quality_judgment", "judgment_list_id", "quality_judgmentlist"),
     ("people_profile", "membership_id", "knowledge_membership"),
+    ("knowledge_membershiptoken", "membership_id", "knowledge_membership"),
+    ("knowledge_accessgroup_members", "accessgroup_id", "knowledge_accessgroup"),
 ]
 
 CREATE_ROLE = f"""
@@ -138,7 +140,7 @@ class Migration(migrations.Migration):
     dependencies = [
         ("knowledge", "0011_chunk_enrichment"),
         # Their tenant-owned tables must exist when kb_rls_enable() walks the schema.
-        ("retrieval", "0004_conversations"),
+        ("retrieval", "0005_citation_opens"),
         ("quality", "0003_judgment_generation"),
         ("people", "0001_initial"),
     ]

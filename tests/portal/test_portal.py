@@ -60,11 +60,14 @@ def test_asking_a_question_links_each_citation_to_the_cited_chunk(client, corpus
     links = re.findall(r'<a class="cite" href="([^"]+)">\[(\d+)\]</a>', html)
     assert links, html
     citations = {c["n"]: c for c in response.context["citations"]}
-    for url, n in links:
+    targets = []
+    for url, n in links:  # each link records the opening, then redirects to the cited chunk
         cited = citations[int(n)]
-        assert url == f"/documents/{cited['document_id']}/?version={cited['version']}#chunk-{cited['chunk']}"
-    first_url = links[0][0]
-    assert re.fullmatch(rf"/documents/{pasta.pk}/\?version=1#chunk-\d+", first_url)
+        assert url == f"/answers/{response.context['answer']['trace_id']}/citations/{n}/"
+        target = client.get(url)["Location"]
+        assert target == f"/documents/{cited['document_id']}/?version={cited['version']}#chunk-{cited['chunk']}"
+        targets.append(target)
+    assert re.fullmatch(rf"/documents/{pasta.pk}/\?version=1#chunk-\d+", targets[0])
     assert "nine to eleven minutes" in html
     assert "Cooking pasta" in html
 
