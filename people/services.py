@@ -23,10 +23,15 @@ def profile_get(*, user, tenant=None) -> Profile:
     return profile
 
 
-def _sources(tenant, names, field: str) -> list[Source]:
+def _sources(tenant, names, field: str, *, user) -> list[Source]:
+    """The tenant's sources called ``names`` that ``user`` may see (a restricted source they may
+    not see reads as unknown: its name is never confirmed)."""
+    from knowledge.access import access_scope_get, sources_visible
+
     if isinstance(names, str) or not isinstance(names, (list, tuple)):
         raise InvalidInput(f"{field} must be a list of source names.")
-    found = {s.name: s for s in Source.objects.for_tenant(tenant).filter(name__in=list(names))}
+    readable = sources_visible(Source.objects.for_tenant(tenant), access_scope_get(tenant=tenant, user=user))
+    found = {s.name: s for s in readable.filter(name__in=list(names))}
     unknown = sorted(set(names) - set(found))
     if unknown:
         raise InvalidInput(f"{field}: unknown source(s) {', '.join(map(repr, unknown))}.")
@@ -72,9 +77,13 @@ def profile_update(*, user, tenant=None, **changes) -> Profile:
             raise InvalidInput(f"language: unknown language code {changes['language']!r}.")
         values["language"] = changes["language"]
     preferred = (
-        _sources(tenant, changes["preferred_sources"], "preferred_sources") if "preferred_sources" in changes else None
+        _sources(tenant, changes["preferred_sources"], "preferred_sources", user=user)
+        if "preferred_sources" in changes
+        else None
     )
-    muted = _sources(tenant, changes["muted_sources"], "muted_sources") if "muted_sources" in changes else None
+    muted = (
+        _sources(tenant, changes["muted_sources"], "muted_sources", user=user) if "muted_sources" in changes else None
+    )
     final_preferred = (
         {s.pk for s in preferred}
         if preferred is not None
