@@ -123,3 +123,23 @@ def test_a_tenant_admin_picks_profile_sources_of_their_tenant_only(client, sourc
     page = client.get(reverse("admin:people_profile_change", args=[profile.pk])).content.decode()
     assert ">howto<" in page or "howto" in page
     assert "secret" not in page
+
+
+def test_a_restricted_source_the_member_may_not_see_reads_as_unknown(sources, member, corpus):
+    from knowledge.access import access_group_save, access_rule_grant
+    from tests.factories import MembershipFactory
+
+    insider = MembershipFactory(tenant=corpus, role="member").user
+    from knowledge.ingestion.readers import ReadDocument
+    from knowledge.services import documents_ingest
+
+    secret = SourceFactory(tenant=corpus, name="board-minutes")
+    minutes = ReadDocument(external_id="board/1", title="Board minutes", text="The board met and agreed.")
+    documents_ingest(tenant=corpus, source=secret, documents=[minutes])
+    access_rule_grant(
+        tenant=corpus, source=secret, group=access_group_save(tenant=corpus, name="board", members=[insider])
+    )
+    with pytest.raises(InvalidInput, match="unknown source"):
+        profile_update(user=member, preferred_sources=["board-minutes"])
+    profile = profile_update(user=insider, preferred_sources=["board-minutes"])
+    assert [s.name for s in profile.preferred_sources.all()] == ["board-minutes"]
