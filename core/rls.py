@@ -2,7 +2,7 @@
 
 Defence in depth behind the application's own tenant filter (``TenantScopedQuerySet.for_tenant``,
 ``RetrievalFilter``): every table with a ``tenant_id`` column (and the child tables listed in
-``knowledge/migrations/0012_row_level_security.py``) has the policy
+``knowledge/migrations/0011_row_level_security.py``) has the policy
 ``tenant_id = current_setting('app.tenant_id')::bigint``, which binds the non-superuser role
 ``kb_app`` (it owns no table, so the policy applies to it). A query that forgets the tenant
 filter then returns no rows instead of another tenant's. See ``docs/rls.md``.

@@ -185,5 +185,5 @@ def test_the_search_and_ask_commands_apply_a_users_rules(world):
     cited = {c["document"] for c in json.loads(out.getvalue())["citations"]}
     assert cited <= {world.documents["public"].external_id, world.documents["board"].external_id}
     assert world.documents["board"].external_id in cited
-    with pytest.raises(CommandError, match="No user"):
+    with pytest.raises(CommandError, match="No member"):
         call_command("search", QUERY, "--tenant", "acme", "--user", "nobody", stdout=io.StringIO())

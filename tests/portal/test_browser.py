@@ -96,7 +96,8 @@ def test_the_answer_streams_in_step_by_step_then_shows_its_citation_links(
 
     cite = area.locator(".answer a.cite").first
     expect(cite).to_have_text("[1]", timeout=15_000)
-    assert re.fullmatch(rf"/documents/{pasta.pk}/\?version=1#chunk-\d+", cite.get_attribute("href"))
+    # The link records the opening (personalization), then redirects to the cited chunk.
+    assert re.fullmatch(r"/answers/\d+/citations/1/", cite.get_attribute("href"))
     expect(area.locator(".live")).to_have_count(0)  # the live view was replaced by the answer
     expect(area.locator(".answer")).to_contain_text("nine to eleven minutes until al dente")
     expect(area.locator("ol.citations a").first).to_have_text("Cooking pasta")
@@ -129,7 +130,8 @@ def test_a_member_asks_gives_feedback_follows_up_and_opens_a_citation(
     page.fill("textarea[name=question]", "And what should I keep before draining it?")
     page.click("#ask-form button[type=submit]")
     expect(area.locator(".thread .turn-question")).to_have_text("How long should spaghetti cook?", timeout=30_000)
-    expect(area.locator("details.trace summary")).to_contain_text("5 steps")  # condense, then the usual four
+    # condense, the usual four, and personal: the member's thumbs-up now boosts that document
+    expect(area.locator("details.trace summary")).to_contain_text("6 steps")
     turns = db_read(lambda: list(Conversation.objects.get().turns.values_list("order", flat=True)))
     assert turns == [1, 2]
 

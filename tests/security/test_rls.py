@@ -1,7 +1,7 @@
 """Row-level security holds even where the application's tenant filter does not (core.rls).
 
 Against the real embedded PostgreSQL: the role ``kb_app`` is a real non-superuser role created by
-migration ``knowledge.0012``; the test database's tables belong to the superuser that ran it.
+migration ``knowledge.0011``; the test database's tables belong to the superuser that ran it.
 """
 
 import pytest

@@ -138,7 +138,7 @@ DROP FUNCTION IF EXISTS kb_rls_grant(text);
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("knowledge", "0011_chunk_enrichment"),
+        ("knowledge", "0010_access_rules"),
         # Their tenant-owned tables must exist when kb_rls_enable() walks the schema.
         ("retrieval", "0005_citation_opens"),
         ("quality", "0003_judgment_generation"),

@@ -1,9 +1,0 @@
-# Slot for the enrichment change: its operations go here (one migration per feature, chained in order).
-
-from django.db import migrations
-
-
-class Migration(migrations.Migration):
-    dependencies = [("knowledge", "0010_access_rules")]
-
-    operations = []
