@@ -4,6 +4,8 @@ local LLM server (llama.cpp + Gemma 3 270M), started once per test session."""
 import os
 import socket
 import subprocess
+from dataclasses import replace
+from datetime import UTC, datetime
 
 import pytest
 from django.conf import settings
@@ -39,6 +41,20 @@ TAXES = ReadDocument(
         "Expense reports\n\nSubmit travel expense reports within thirty days of the trip. "
         "Attach every receipt as a PDF. Your manager approves reports above five hundred euros."
     ),
+)
+
+
+# One page in two releases (versions tests): the supported PostgreSQL version changed.
+DATABASES_2023 = ReadDocument(
+    external_id="ref/databases",
+    title="Databases",
+    text="Databases\n\nDjango supports PostgreSQL 12 and higher.",
+    published_at=datetime(2023, 4, 3, tzinfo=UTC),
+)
+DATABASES_2025 = replace(
+    DATABASES_2023,
+    text="Databases\n\nDjango supports PostgreSQL 14 and higher.",
+    published_at=datetime(2025, 4, 2, tzinfo=UTC),
 )
 
 
@@ -108,3 +124,11 @@ def local_llm_url():
         process.wait(10)
     except subprocess.TimeoutExpired:
         process.kill()
+
+
+@pytest.fixture
+def versioned(tenant, source):
+    """A tenant whose ``ref/databases`` page has two versions: 2023's (v1) and 2025's (v2, current)."""
+    documents_ingest(tenant=tenant, source=source, documents=[DATABASES_2023])
+    documents_ingest(tenant=tenant, source=source, documents=[DATABASES_2025])
+    return tenant

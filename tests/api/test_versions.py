@@ -1,29 +1,6 @@
 """``as_of`` in the search, ask and stream APIs; every citation names its version and date."""
 
-from dataclasses import replace
-from datetime import UTC, datetime
-
 import pytest
-
-from knowledge.ingestion.readers import ReadDocument
-from knowledge.services import documents_ingest
-
-OLD = ReadDocument(
-    external_id="ref/databases",
-    title="Databases",
-    text="Databases\n\nDjango supports PostgreSQL 12 and higher.",
-    published_at=datetime(2023, 4, 3, tzinfo=UTC),
-)
-NEW = replace(
-    OLD, text="Databases\n\nDjango supports PostgreSQL 14 and higher.", published_at=datetime(2025, 4, 2, tzinfo=UTC)
-)
-
-
-@pytest.fixture
-def versioned(tenant, source):
-    documents_ingest(tenant=tenant, source=source, documents=[OLD])
-    documents_ingest(tenant=tenant, source=source, documents=[NEW])
-    return tenant
 
 
 def test_search_as_of_returns_the_older_version_with_its_number_and_date(versioned, member_client):

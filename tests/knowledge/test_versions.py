@@ -1,27 +1,17 @@
 """Versions keep their chunks (not current), BM25 statistics count current chunks, retention, diffs."""
 
 from dataclasses import replace
-from datetime import UTC, date, datetime
+from datetime import date
 
 import pytest
 
 from core.errors import InvalidInput, NotFound
-from knowledge.ingestion.readers import ReadDocument
 from knowledge.ingestion.splitters import SingleChunkSplitter
 from knowledge.models import Chunk, CorpusStatistic, DocumentVersion, Posting, TermStatistic
 from knowledge.services import documents_ingest
 from knowledge.services.versions import versions_prune
 from knowledge.versions import as_of_parse, document_versions_list, version_diff
-
-DB_OLD = ReadDocument(
-    external_id="ref/databases",
-    title="Databases",
-    text="Databases\n\nDjango supports PostgreSQL 12 and higher.",
-    published_at=datetime(2023, 4, 3, tzinfo=UTC),
-)
-DB_NEW = replace(
-    DB_OLD, text="Databases\n\nDjango supports PostgreSQL 14 and higher.", published_at=datetime(2025, 4, 2, tzinfo=UTC)
-)
+from tests.conftest import DATABASES_2023, DATABASES_2025
 
 
 def ingest(tenant, source, *documents):
@@ -48,8 +38,8 @@ def stored_statistics(tenant):
 
 
 def test_a_new_version_keeps_the_old_versions_chunks_marked_not_current(tenant, source):
-    ingest(tenant, source, DB_OLD)
-    ingest(tenant, source, DB_NEW)
+    ingest(tenant, source, DATABASES_2023)
+    ingest(tenant, source, DATABASES_2025)
 
     old, new = DocumentVersion.objects.filter(document__external_id="ref/databases").order_by("number")
     assert not old.is_current and new.is_current
@@ -59,8 +49,8 @@ def test_a_new_version_keeps_the_old_versions_chunks_marked_not_current(tenant, 
 
 
 def test_bm25_statistics_count_only_current_chunks_while_old_postings_stay_for_as_of(tenant, source):
-    ingest(tenant, source, DB_OLD)
-    ingest(tenant, source, DB_NEW)
+    ingest(tenant, source, DATABASES_2023)
+    ingest(tenant, source, DATABASES_2025)
 
     assert stored_statistics(tenant) == current_statistics(tenant)
     assert stored_statistics(tenant)[0] == 1
@@ -71,17 +61,17 @@ def test_bm25_statistics_count_only_current_chunks_while_old_postings_stay_for_a
 
 
 def test_statistics_stay_exact_through_several_versions_and_duplicates(tenant, source):
-    ingest(tenant, source, DB_OLD, replace(DB_OLD, external_id="mirror/databases", title="Mirror"))
-    ingest(tenant, source, DB_NEW)
-    ingest(tenant, source, replace(DB_NEW, text=DB_NEW.text + " MariaDB 10.5 too."))
+    ingest(tenant, source, DATABASES_2023, replace(DATABASES_2023, external_id="mirror/databases", title="Mirror"))
+    ingest(tenant, source, DATABASES_2025)
+    ingest(tenant, source, replace(DATABASES_2025, text=DATABASES_2025.text + " MariaDB 10.5 too."))
 
     assert stored_statistics(tenant) == current_statistics(tenant)
 
 
 def test_a_duplicate_gets_a_copy_of_the_replaced_versions_chunks_and_the_original_keeps_its_own(tenant, source):
-    ingest(tenant, source, DB_OLD)
-    ingest(tenant, source, replace(DB_OLD, external_id="mirror/databases", title="Mirror"))
-    ingest(tenant, source, DB_NEW)
+    ingest(tenant, source, DATABASES_2023)
+    ingest(tenant, source, replace(DATABASES_2023, external_id="mirror/databases", title="Mirror"))
+    ingest(tenant, source, DATABASES_2025)
 
     mirror = DocumentVersion.objects.get(document__external_id="mirror/databases")
     original_v1 = DocumentVersion.objects.get(document__external_id="ref/databases", number=1)
@@ -93,9 +83,9 @@ def test_a_duplicate_gets_a_copy_of_the_replaced_versions_chunks_and_the_origina
 def test_retention_keeps_chunks_of_only_the_newest_old_versions(tenant, source):
     source.versions_kept = 1
     source.save(update_fields=["versions_kept"])
-    ingest(tenant, source, DB_OLD)
-    ingest(tenant, source, DB_NEW)
-    ingest(tenant, source, replace(DB_NEW, text=DB_NEW.text + " And MariaDB 10.5."))
+    ingest(tenant, source, DATABASES_2023)
+    ingest(tenant, source, DATABASES_2025)
+    ingest(tenant, source, replace(DATABASES_2025, text=DATABASES_2025.text + " And MariaDB 10.5."))
 
     versions = DocumentVersion.objects.filter(document__external_id="ref/databases").order_by("number")
     assert [v.chunks.count() for v in versions] == [0, 1, 1]
@@ -104,8 +94,8 @@ def test_retention_keeps_chunks_of_only_the_newest_old_versions(tenant, source):
 
 
 def test_retention_zero_applied_later_drops_every_old_versions_chunks_but_never_current_ones(tenant, source):
-    ingest(tenant, source, DB_OLD)
-    ingest(tenant, source, DB_NEW)
+    ingest(tenant, source, DATABASES_2023)
+    ingest(tenant, source, DATABASES_2025)
     source.versions_kept = 0
     source.save(update_fields=["versions_kept"])
 
@@ -114,8 +104,8 @@ def test_retention_zero_applied_later_drops_every_old_versions_chunks_but_never_
 
 
 def test_the_version_list_gives_each_versions_date_and_chunk_count_newest_first(tenant, source):
-    ingest(tenant, source, DB_OLD)
-    ingest(tenant, source, DB_NEW)
+    ingest(tenant, source, DATABASES_2023)
+    ingest(tenant, source, DATABASES_2025)
     document_id = DocumentVersion.objects.get(document__external_id="ref/databases", number=1).document_id
 
     rows = document_versions_list(tenant=tenant, document_id=document_id)
@@ -127,8 +117,8 @@ def test_the_version_list_gives_each_versions_date_and_chunk_count_newest_first(
 
 
 def test_a_word_diff_shows_the_changed_version_number(tenant, source):
-    ingest(tenant, source, DB_OLD)
-    ingest(tenant, source, DB_NEW)
+    ingest(tenant, source, DATABASES_2023)
+    ingest(tenant, source, DATABASES_2025)
     document_id = DocumentVersion.objects.get(document__external_id="ref/databases", number=1).document_id
 
     diff = version_diff(tenant=tenant, document_id=document_id, old=1, new=2)
@@ -139,7 +129,7 @@ def test_a_word_diff_shows_the_changed_version_number(tenant, source):
 
 
 def test_another_tenants_document_has_no_versions_to_list_or_diff(tenant, source, other_tenant_corpus):
-    ingest(tenant, source, DB_OLD)
+    ingest(tenant, source, DATABASES_2023)
     document_id = DocumentVersion.objects.get(document__external_id="ref/databases", number=1).document_id
 
     with pytest.raises(NotFound):
@@ -165,8 +155,8 @@ def test_an_admin_lowering_versions_kept_drops_old_chunks_at_once(client, tenant
 
     admin_member.user_permissions.set(Permission.objects.filter(content_type__app_label="knowledge"))
     client.force_login(admin_member)
-    ingest(tenant, source, DB_OLD)
-    ingest(tenant, source, DB_NEW)
+    ingest(tenant, source, DATABASES_2023)
+    ingest(tenant, source, DATABASES_2025)
     form = {"tenant": tenant.pk, "name": source.name, "kind": source.kind, "reliability": "1.0"}
 
     response = client.post(reverse("admin:knowledge_source_change", args=[source.pk]), {**form, "versions_kept": "0"})

@@ -1,32 +1,11 @@
 """The portal's as-of date on the ask page, version dates on citations, version list and word diff."""
 
-from dataclasses import replace
-from datetime import UTC, datetime
-
 import pytest
 from django.urls import reverse
 
-from knowledge.ingestion.readers import ReadDocument
 from knowledge.models import Document
-from knowledge.services import documents_ingest
 
 ASK = reverse("portal:ask")
-OLD = ReadDocument(
-    external_id="ref/databases",
-    title="Databases",
-    text="Databases\n\nDjango supports PostgreSQL 12 and higher.",
-    published_at=datetime(2023, 4, 3, tzinfo=UTC),
-)
-NEW = replace(
-    OLD, text="Databases\n\nDjango supports PostgreSQL 14 and higher.", published_at=datetime(2025, 4, 2, tzinfo=UTC)
-)
-
-
-@pytest.fixture
-def versioned(tenant, source):
-    documents_ingest(tenant=tenant, source=source, documents=[OLD])
-    documents_ingest(tenant=tenant, source=source, documents=[NEW])
-    return tenant
 
 
 @pytest.fixture(autouse=True)
