@@ -329,6 +329,10 @@ class TermStatistic(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
     lexeme = models.TextField()
     df = models.IntegerField()
+    # Upper bounds over the lexeme's current postings, for MaxScore's per-lexeme score bound
+    # (retrieval/stages/retrieve/lexical.py): raised on insert, left on delete (still bounds).
+    max_tf = models.IntegerField(help_text="At least the largest tf of the lexeme in a current chunk.")
+    min_length = models.IntegerField(help_text="At most the shortest current chunk (in lexemes) holding it.")
 
     objects = TenantScopedQuerySet.as_manager()
 
@@ -348,13 +352,21 @@ class Posting(models.Model):
 
     Maintained by the statement-level triggers on ``knowledge_chunk`` (0003_bm25_postings), like
     ``TermStatistic``; the primary key (tenant, lexeme, chunk) is the index a query walks for each
-    of its lexemes. ``chunk_length`` copies ``Chunk.term_count`` so scoring never reads chunks.
+    of its lexemes, and it INCLUDEs tf, chunk_length and is_current (migration 0012), so scoring
+    reads the index alone. ``chunk_length`` copies ``Chunk.term_count`` so scoring never reads chunks.
     """
 
     pk = models.CompositePrimaryKey("tenant_id", "lexeme", "chunk_id")
-    tenant = models.ForeignKey(Tenant, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+")
+    # No index of its own: the primary key's index starts with tenant_id.
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
     lexeme = models.TextField()
-    chunk = models.ForeignKey("Chunk", on_delete=models.DO_NOTHING, db_constraint=False, related_name="+")
+    # No index of its own either: postings are always reached by (tenant, lexeme[, chunk]), and a
+    # chunk_id index lured the planner into reading every posting of a candidate chunk.
+    chunk = models.ForeignKey(
+        "Chunk", on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
     tf = models.IntegerField()
     chunk_length = models.IntegerField()
     # Copies Chunk.is_current (the triggers keep it), so default BM25 skips old versions'

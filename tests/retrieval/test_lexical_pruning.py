@@ -1,13 +1,16 @@
 """MaxScore top-k (``bm25_search(prune=True)``) returns exactly the exhaustive BM25 top-k."""
 
 import random
+from dataclasses import replace
+from datetime import UTC, date, datetime
 
 import pytest
+from django.db.models import Max, Min
 
 from knowledge.ingestion.readers import ReadDocument
 from knowledge.ingestion.splitters import SingleChunkSplitter
-from knowledge.models import Chunk
-from knowledge.services import documents_ingest, source_get_or_create
+from knowledge.models import Chunk, Document, Posting, TermStatistic
+from knowledge.services import document_delete, documents_ingest, source_get_or_create
 from retrieval.stages.retrieve import lexical
 from retrieval.stages.retrieve.filters import RetrievalFilter
 from retrieval.stages.retrieve.lexical import bm25_search
@@ -96,3 +99,66 @@ def test_queries_over_the_pruning_threshold_are_pruned_with_the_same_ranking(ske
     exhaustive = bm25_search(where=where, query=QUERIES[0], limit=10, prune=False)
     monkeypatch.setattr(lexical, "PRUNE_MIN_POSTINGS", 0)
     assert _same_ranking(bm25_search(where=where, query=QUERIES[0], limit=10), exhaustive)
+
+
+def _bounds(tenant) -> dict[str, tuple[int, int]]:
+    return {
+        lexeme: (max_tf, min_length)
+        for lexeme, max_tf, min_length in TermStatistic.objects.for_tenant(tenant).values_list(
+            "lexeme", "max_tf", "min_length"
+        )
+    }
+
+
+def test_stored_bounds_are_the_extremes_of_freshly_ingested_postings(skewed):
+    tenant = skewed[0]
+    extremes = (
+        Posting.objects.for_tenant(tenant)
+        .filter(is_current=True)
+        .values("lexeme")
+        .annotate(max_tf=Max("tf"), min_length=Min("chunk_length"))
+    )
+    assert _bounds(tenant) == {row["lexeme"]: (row["max_tf"], row["min_length"]) for row in extremes}
+
+
+def test_stored_bounds_still_cover_every_current_posting_after_new_versions_and_deletions(skewed):
+    tenant, source = skewed
+    rng = random.Random(5)
+    documents = [ReadDocument(external_id=f"a{i}", title="", text=_text(rng)) for i in range(0, 30, 2)]
+    documents_ingest(tenant=tenant, source=source, documents=documents, splitter=SingleChunkSplitter())
+    for document in Document.objects.for_tenant(tenant).filter(external_id__in=["a1", "a3", "b4"]):
+        document_delete(tenant=tenant, document_id=document.pk)
+    bounds = _bounds(tenant)
+    current = Posting.objects.for_tenant(tenant).filter(is_current=True)
+    assert current.exists()
+    for lexeme, tf, length in current.values_list("lexeme", "tf", "chunk_length"):
+        assert tf <= bounds[lexeme][0] and length >= bounds[lexeme][1], lexeme
+
+
+def test_pruning_as_of_a_date_ranks_old_versions_exactly(tenant, source, monkeypatch):
+    # "zebrafish" leaves the current corpus with the old versions (its statistics row goes) and
+    # comes back in one long chunk: its stored bounds then cover current chunks only, not the old
+    # versions' many-zebrafish chunks, so as_of must not rely on them.
+    monkeypatch.setattr(lexical, "SEED_POSTINGS", 1)
+    old = [
+        ReadDocument(
+            external_id=f"d{i}",
+            title="",
+            text="gene zebrafish cell." if i < 10 else "zebrafish " * i + "cell.",
+            published_at=datetime(2023, 1, 1, tzinfo=UTC),
+        )
+        for i in range(20)
+    ]
+    new = [
+        replace(d, text="gene " + "axolotl " * (20 + i), published_at=datetime(2025, 1, 1, tzinfo=UTC))
+        for i, d in enumerate(old)
+    ]
+    back = ReadDocument(external_id="back", title="", text="zebrafish gene " + "axolotl " * 40)
+    for documents in (old, new, [back]):
+        documents_ingest(tenant=tenant, source=source, documents=documents, splitter=SingleChunkSplitter())
+    assert _bounds(tenant)["zebrafish"] == (1, 42)
+    where = RetrievalFilter.for_tenant(tenant, as_of=date(2024, 1, 1))
+    for limit in (1, 3, 10):
+        exhaustive, pruned = _both(where=where, query="zebrafish gene", limit=limit)
+        assert len(exhaustive) == limit
+        assert _same_ranking(pruned, exhaustive), limit
