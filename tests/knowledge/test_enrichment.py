@@ -197,3 +197,30 @@ def test_the_real_local_llm_writes_questions_or_its_failure_is_recorded(tenant, 
     else:  # the tiny model may not manage the JSON: then the failure is recorded, keyphrases kept
         assert enrichment.questions_error.startswith("llm_"), enrichment.questions_error
     statistics_are_exact(tenant)
+
+
+def test_deleting_a_tenant_removes_its_enrichment_postings_and_statistics(corpus):
+    from knowledge.models import EnrichmentTermStatistic
+
+    chunks_enrich(tenant_id=corpus.pk, llm=None)
+    tenant_id = corpus.pk
+
+    Tenant.objects.filter(pk=tenant_id).delete()
+
+    for model in (ChunkEnrichment, EnrichmentPosting, EnrichmentTermStatistic, EnrichmentCorpusStatistic):
+        assert not model.objects.filter(tenant_id=tenant_id).exists(), model.__name__
+
+
+def test_deleting_a_document_through_the_api_under_row_level_security_keeps_the_statistics_exact(corpus):
+    from knowledge.models import Membership
+    from tests.api.conftest import client_for
+    from tests.factories import MembershipFactory
+
+    chunks_enrich(tenant_id=corpus.pk, llm=None)
+    editor = client_for(MembershipFactory(tenant=corpus, role=Membership.Role.EDITOR).user)
+    bike = Chunk.objects.for_tenant(corpus).get(version__document__external_id=BIKE.external_id)
+
+    assert editor.delete(f"/api/v1/documents/{bike.version.document_id}/").status_code == 204
+
+    assert not EnrichmentPosting.objects.filter(chunk_id=bike.pk).exists()
+    statistics_are_exact(corpus)
