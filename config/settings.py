@@ -198,6 +198,12 @@ KB_NEAR_DUPLICATES = env_bool("KB_NEAR_DUPLICATES", True)
 KB_NEAR_DUPLICATE_THRESHOLD = env_float("KB_NEAR_DUPLICATE_THRESHOLD", 0.5, minimum=0.5)
 if KB_NEAR_DUPLICATE_THRESHOLD > 1:
     raise ImproperlyConfigured(f"KB_NEAR_DUPLICATE_THRESHOLD={KB_NEAR_DUPLICATE_THRESHOLD} must be at most 1.")
+# Enrichment of chunks (knowledge.enrichment, docs/enrichment.md): keyphrases (YAKE) and, with
+# an LLM configured, KB_ENRICHMENT_QUESTIONS questions per chunk (0 = none), indexed as a separate
+# BM25 field after each ingestion (a Celery task). A tenant may override the switch with
+# retrieval_config["enrichment"]; retrieval_config["enrichment_weight"] weighs the field.
+KB_ENRICHMENT = env_bool("KB_ENRICHMENT", False)
+KB_ENRICHMENT_QUESTIONS = env_int("KB_ENRICHMENT_QUESTIONS", 3, minimum=0)
 KB_FUSION = env_choice("KB_FUSION", "weighted", ["rrf", "weighted", "tm2c2", "dbsf"])
 # The answer pipeline a tenant uses unless its retrieval_config or the request names another.
 KB_PIPELINE = env_choice(

@@ -19,7 +19,7 @@ from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db.models import Count
 from django.urls import reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from core.admin import UNSCOPED, ReadOnlyAdminMixin, TenantScopedAdmin, TenantScopedForm, admin_tenant
 from core.errors import ApplicationError
@@ -242,10 +242,41 @@ class ChunkAdmin(ReadOnlyAdminMixin, TenantScopedAdmin):
     list_select_related = ["version__document", "tenant"]
     search_fields = ["text", "heading", "version__document__title", "version__document__external_id"]
     exclude = ["embedding"]
-    readonly_fields = ["portal_link"]
+    readonly_fields = ["portal_link", "enrichment_keyphrases", "enrichment_questions", "enrichment_method"]
 
     def has_delete_permission(self, request, obj=None):
         return False  # chunks are rebuilt by ingestion, never edited by hand
+
+    # Enrichment (knowledge.enrichment, docs/enrichment.md): what the chunk's extra BM25 field holds.
+
+    @staticmethod
+    def _enrichment(obj):
+        from knowledge.models import ChunkEnrichment
+
+        return ChunkEnrichment.objects.filter(chunk_id=obj.pk).first() if obj and obj.pk else None
+
+    @admin.display(description="keyphrases")
+    def enrichment_keyphrases(self, obj):
+        enrichment = self._enrichment(obj)
+        return "; ".join(enrichment.keyphrases) if enrichment else "(not enriched)"
+
+    @admin.display(description="questions")
+    def enrichment_questions(self, obj):
+        enrichment = self._enrichment(obj)
+        if enrichment is None:
+            return "(not enriched)"
+        if enrichment.questions_error:
+            return f"(none: {enrichment.questions_error})"
+        return format_html_join("", "<div>{}</div>", ((q,) for q in enrichment.questions)) or "(none)"
+
+    @admin.display(description="enrichment")
+    def enrichment_method(self, obj):
+        enrichment = self._enrichment(obj)
+        return (
+            f"{enrichment.method}, {enrichment.term_count} lexemes, {enrichment.created_at:%Y-%m-%d %H:%M}"
+            if enrichment
+            else "-"
+        )
 
     @admin.display(description="portal")
     def portal_link(self, obj):

@@ -410,6 +410,14 @@ from knowledge.dedup.models import (  # noqa: E402, F401
     NearDuplicatePair,
 )
 
+# Enrichment of chunks (keyphrases, questions) and its BM25 index, in their own module (docs/enrichment.md).
+from knowledge.enrichment.models import (  # noqa: E402, F401
+    ChunkEnrichment,
+    EnrichmentCorpusStatistic,
+    EnrichmentPosting,
+    EnrichmentTermStatistic,
+)
+
 # ---- Groups and access rules (issue 9 §1; knowledge.access reads and writes them) -------------
 
 

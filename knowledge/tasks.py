@@ -67,3 +67,12 @@ def near_duplicates_task(tenant_id: int) -> dict:
     from knowledge.dedup.services import near_duplicates_refresh
 
     return near_duplicates_refresh(tenant_id=tenant_id)
+
+
+@shared_task(acks_late=True, autoretry_for=TRANSIENT_ERRORS, max_retries=3, retry_backoff=True, time_limit=3600)
+def enrichment_task(tenant_id: int) -> dict:
+    """Enrich tenant ``tenant_id``'s chunks that have no enrichment yet (keyphrases, and questions
+    with an LLM: ``knowledge.enrichment.services.chunks_enrich``); queued after each ingestion."""
+    from knowledge.enrichment.services import chunks_enrich
+
+    return chunks_enrich(tenant_id=tenant_id)

@@ -36,6 +36,9 @@ class SearchConfig:
     ef_search: int = 100
     bm25_k1: float = 1.2
     bm25_b: float = 0.75
+    # Weight of the enrichment field's BM25 added to the body's (retrieval.stages.retrieve.enrichment);
+    # 0 = off. Default by measurement (benchmarks/enrichment_quality.py, docs/enrichment.md).
+    enrichment_weight: float = 0.0
 
     @classmethod
     def for_tenant(cls, tenant, **overrides) -> SearchConfig:
@@ -70,6 +73,7 @@ _RANGES = {
     "ef_search": (1, 1000),
     "bm25_k1": (0.0, 10.0),
     "bm25_b": (0.0, 1.0),
+    "enrichment_weight": (0.0, 2.0),
 }
 
 

@@ -141,6 +141,10 @@ class PipelineSpec:
     personal_cap: float = 0.2
     personal_mute: float = 0.2
     personal_band: float = 0.15
+    # ---- enrichment (issue 8 §6) ----
+    # Enrich the tenant's chunks after ingestion (None: KB_ENRICHMENT); knowledge.enrichment.
+    # The field's weight in retrieval is the search setting ``enrichment_weight``.
+    enrichment: bool | None = None
     # ----
     search: SearchConfig = field(default_factory=SearchConfig)
 
@@ -191,6 +195,8 @@ _OPTION_RULES = {
     "personal_cap": (0.0, 1.0),
     "personal_mute": (0.0, 1.0),
     "personal_band": (0.0, 1.0),
+    # ---- enrichment (issue 8 §6) ----
+    "enrichment": bool,
     # ----
 }
 SETTING_KEYS = ("pipeline", *_OPTION_RULES, *(f.name for f in fields(SearchConfig)))

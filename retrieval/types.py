@@ -84,9 +84,14 @@ class QueryPlan:
 
 @dataclass
 class CandidateLists:
-    """Each retriever's candidates, ``{"lexical": Ranking, "dense": Ranking}`` (either may be absent)."""
+    """Each retriever's candidates, ``{"lexical": Ranking, "dense": Ranking}`` (either may be absent).
+
+    ``details``: per list, per chunk id, the parts of its score that results show beside rank
+    and score in ``components`` (the lexical list's ``{"body", "enrichment"}`` field scores).
+    """
 
     lists: dict[str, Ranking] = field(default_factory=dict)
+    details: dict[str, dict[int, dict[str, float]]] = field(default_factory=dict)
 
 
 @dataclass

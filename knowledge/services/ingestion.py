@@ -34,6 +34,7 @@ from django.db import DataError, IntegrityError, connection, transaction
 
 from core.errors import InvalidInput
 from knowledge.embedders import Embedder, get_embedder
+from knowledge.enrichment.services import enrichment_enqueue
 from knowledge.ingestion.readers import SUPPORTED_EXTENSIONS, ReadDocument, read_path
 from knowledge.ingestion.splitters import Span, Splitter, get_splitter
 from knowledge.models import (
@@ -205,6 +206,7 @@ def documents_ingest(
             cursor.execute("ANALYZE knowledge_chunk, knowledge_posting, knowledge_termstatistic")
     tenant_vector_index_ensure(tenant_id=tenant.pk, embedder_key=embedder_key)  # own HNSW index once large
     near_duplicates_enqueue(tenant=tenant, report=report)
+    enrichment_enqueue(tenant=tenant, report=report)
     report.total_seconds = time.perf_counter() - started
     return report
 

@@ -147,7 +147,11 @@ def results_fetch(*, tenant, ranking: Ranking, candidates: CandidateLists, k: in
         if item not in chunks:
             continue
         components = {
-            name: {"rank": found[item][0], "score": round(found[item][1], 6)}
+            name: {
+                "rank": found[item][0],
+                "score": round(found[item][1], 6),
+                **candidates.details.get(name, {}).get(item, {}),
+            }
             for name, found in positions.items()
             if item in found
         }

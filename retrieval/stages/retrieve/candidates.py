@@ -1,7 +1,8 @@
 """Retrieve stage: run the lexical and/or dense retriever for a ``QueryPlan``.
 
 The lexical side searches ``plan.lexical_terms`` when a rewrite stage set them (weighted
-lexemes), else ``plan.lexical_query``; the dense side uses ``plan.dense_vector`` when a stage
+lexemes), else ``plan.lexical_query``, in the body's BM25 plus, with a tenant's
+``enrichment_weight``, that weight times the enrichment field's BM25 (``enrichment``); the dense side uses ``plan.dense_vector`` when a stage
 passed its own (HyDE), else the embedding of ``plan.dense_text``. Both apply the same
 ``RetrievalFilter``.
 
@@ -22,6 +23,7 @@ import numpy as np
 from knowledge.embedders import get_embedder
 from retrieval.config import SearchConfig
 from retrieval.stages.retrieve.dense import vector_search
+from retrieval.stages.retrieve.enrichment import enrichment_bm25_search, fields_combine
 from retrieval.stages.retrieve.filters import RetrievalFilter
 from retrieval.stages.retrieve.lexical import bm25_search
 from retrieval.types import CandidateLists, QueryPlan
@@ -56,9 +58,16 @@ def query_embed(*, embedder: str, text: str) -> tuple[np.ndarray, float]:
 
 
 def _lexical(plan: QueryPlan, *, where: RetrievalFilter, config: SearchConfig, limit: int):
-    if plan.lexical_terms:
-        return bm25_search(where=where, terms=plan.lexical_terms, limit=limit, k1=config.bm25_k1, b=config.bm25_b)
-    return bm25_search(where=where, query=plan.lexical_query, limit=limit, k1=config.bm25_k1, b=config.bm25_b)
+    """The body's BM25 top ``limit``; with an ``enrichment_weight``, combined with the enrichment
+    field's BM25 (``enrichment.fields_combine``). Returns ``(ranking, {chunk id: parts} or None)``."""
+    query = {"terms": plan.lexical_terms} if plan.lexical_terms else {"query": plan.lexical_query}
+    body = bm25_search(where=where, limit=limit, k1=config.bm25_k1, b=config.bm25_b, **query)
+    if config.enrichment_weight <= 0:
+        return body, None
+    field = enrichment_bm25_search(
+        where=where, limit=limit, also=[c for c, _ in body], k1=config.bm25_k1, b=config.bm25_b, **query
+    )
+    return fields_combine(body, field, weight=config.enrichment_weight, limit=limit)
 
 
 def candidates_retrieve(
@@ -85,6 +94,7 @@ def candidates_retrieve(
     candidate depth never exceeds the graph search's beam.
     """
     lists: dict = {}
+    details: dict = {}
     timings: dict[str, float] = {}
     vector = plan.dense_vector
     pending: Future | None = None
@@ -96,7 +106,9 @@ def candidates_retrieve(
     if mode in ("hybrid", "lexical"):
         started = time.perf_counter()
         try:
-            lists["lexical"] = _lexical(plan, where=where, config=config, limit=limit)
+            lists["lexical"], parts = _lexical(plan, where=where, config=config, limit=limit)
+            if parts is not None:
+                details["lexical"] = parts
         except BaseException:
             if pending is not None:
                 pending.cancel()  # not started yet: dropped; running: finishes, its result unused
@@ -116,4 +128,4 @@ def candidates_retrieve(
             where=where, embedder=embedder, vector=vector, limit=limit, ef_search=max(config.ef_search, limit)
         )
         timings["dense_ms"] = (time.perf_counter() - started) * 1000
-    return CandidateLists(lists=lists), timings
+    return CandidateLists(lists=lists, details=details), timings

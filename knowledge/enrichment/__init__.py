@@ -1,0 +1,7 @@
+"""Ingest-side enrichment of chunks (issue 8 §6): keyphrases and, with an LLM, the questions a chunk answers.
+
+``keyphrases`` extracts keyphrases (YAKE), ``questions`` asks an LLM for doc2query-style
+questions, ``services`` stores them on the chunk (``models.ChunkEnrichment``) with their own BM25
+postings and statistics, and ``retrieval.stages.retrieve.enrichment`` scores that field. See
+``docs/enrichment.md``.
+"""
