@@ -198,6 +198,10 @@ KB_NEAR_DUPLICATES = env_bool("KB_NEAR_DUPLICATES", True)
 KB_NEAR_DUPLICATE_THRESHOLD = env_float("KB_NEAR_DUPLICATE_THRESHOLD", 0.5, minimum=0.5)
 if KB_NEAR_DUPLICATE_THRESHOLD > 1:
     raise ImproperlyConfigured(f"KB_NEAR_DUPLICATE_THRESHOLD={KB_NEAR_DUPLICATE_THRESHOLD} must be at most 1.")
+# Per-document summaries (knowledge.summaries, docs/summaries.md): written after each ingestion (a
+# Celery task) as one summary chunk per version; "auto" uses the LLM when one is configured, else
+# the extractive summary. A tenant may override it with retrieval_config["summaries"].
+KB_SUMMARIES = env_choice("KB_SUMMARIES", "off", ["off", "auto", "extractive", "llm"])
 KB_FUSION = env_choice("KB_FUSION", "weighted", ["rrf", "weighted", "tm2c2", "dbsf"])
 # The answer pipeline a tenant uses unless its retrieval_config or the request names another.
 KB_PIPELINE = env_choice(

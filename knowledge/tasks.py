@@ -67,3 +67,12 @@ def near_duplicates_task(tenant_id: int) -> dict:
     from knowledge.dedup.services import near_duplicates_refresh
 
     return near_duplicates_refresh(tenant_id=tenant_id)
+
+
+@shared_task(acks_late=True, autoretry_for=TRANSIENT_ERRORS, max_retries=3, retry_backoff=True, time_limit=3600)
+def summaries_task(tenant_id: int) -> dict:
+    """Write the missing per-document summaries of tenant ``tenant_id``
+    (``knowledge.summaries.services.summaries_refresh``); queued after each ingestion."""
+    from knowledge.summaries.services import summaries_refresh
+
+    return summaries_refresh(tenant_id=tenant_id)
