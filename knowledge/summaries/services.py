@@ -48,8 +48,7 @@ logger = logging.getLogger(__name__)
 # one is configured, else extractive), extractive (never the LLM), llm (the LLM; without one, or
 # when it fails, extractive, recorded as degraded).
 METHODS = ("off", "auto", "extractive", "llm")
-MAX_TOKENS = 120  # a summary's length (cl100k tokens): about a short paragraph
-MAX_WORDS = 80  # what the LLM is asked for (fits MAX_TOKENS)
+MAX_TOKENS = 120  # a summary's length (cl100k tokens): about a short paragraph; the LLM's reply is capped there
 INPUT_TOKENS = 1500  # what the LLM reads of a document: its beginning
 MIN_CHUNKS = 2  # documents of fewer body chunks are their own summary
 BATCH = 64  # versions per embedding call and storing transaction
@@ -140,13 +139,20 @@ def _resolve_llm(method: str, llm) -> tuple[object | None, str]:
 
 
 def summaries_refresh(
-    *, tenant_id: int, method: str | None = None, llm=CONFIGURED, rebuild: bool = False, batch: int = BATCH
+    *,
+    tenant_id: int,
+    method: str | None = None,
+    llm=CONFIGURED,
+    rebuild: bool = False,
+    batch: int = BATCH,
+    max_tokens: int = MAX_TOKENS,
 ) -> dict:
     """Write the missing summaries of tenant ``tenant_id`` (see the module docstring).
 
     ``method`` (one of ``METHODS``) defaults to ``summaries_setting``; ``off`` does nothing.
     ``llm`` is an ``LLMClient`` (default: the configured one). ``rebuild`` rewrites existing
     summaries of current versions too (each replaced in the transaction that stores the new one).
+    ``max_tokens`` bounds each summary (cl100k tokens; the LLM is asked for two thirds as many words).
     Returns counts ``{"method", "versions", "created", "llm", "extractive", "degraded",
     "tokens_in", "tokens_out", "seconds"}`` (``degraded``: versions the LLM was meant to summarize
     that got the extractive summary). ``InvalidInput`` for an unknown method. Idempotent.
@@ -168,7 +174,7 @@ def summaries_refresh(
     embedder = get_embedder(tenant.embedder)
     for start in range(0, len(pending), batch):
         drafts = _drafts_load(tenant, pending[start : start + batch], embedder_key=embedder.key)
-        _drafts_write(drafts, state=state, wanted_llm=method in ("auto", "llm"))
+        _drafts_write(drafts, state=state, wanted_llm=method in ("auto", "llm"), max_tokens=max_tokens)
         drafts = [d for d in drafts if d.text]
         if not drafts:
             continue
@@ -204,7 +210,7 @@ def _drafts_load(tenant: Tenant, version_ids: list[int], *, embedder_key: str) -
     return [drafts[v] for v in version_ids if v in drafts and drafts[v].body]
 
 
-def _drafts_write(drafts: list[_Draft], *, state: _LLMState, wanted_llm: bool) -> None:
+def _drafts_write(drafts: list[_Draft], *, state: _LLMState, wanted_llm: bool, max_tokens: int) -> None:
     """Fill each draft's text: the LLM's summary when there is one to call, else (or on failure) extractive."""
     from retrieval.llm import LLMBadOutput, LLMEmptyReply, LLMError
 
@@ -212,9 +218,12 @@ def _drafts_write(drafts: list[_Draft], *, state: _LLMState, wanted_llm: bool) -
 
         def write(draft: _Draft):
             messages = summary_messages(
-                title=draft.title, text=draft.document_text, input_tokens=INPUT_TOKENS, max_words=MAX_WORDS
+                title=draft.title,
+                text=draft.document_text,
+                input_tokens=INPUT_TOKENS,
+                max_words=max(5, max_tokens * 2 // 3),
             )
-            return state.client.chat(messages, max_tokens=2 * MAX_TOKENS)
+            return state.client.chat(messages, max_tokens=max_tokens)
 
         for draft, reply in zip(drafts, state.client.map(write, drafts), strict=True):
             if isinstance(reply, LLMError):
@@ -224,7 +233,7 @@ def _drafts_write(drafts: list[_Draft], *, state: _LLMState, wanted_llm: bool) -
                 continue
             if isinstance(reply, Exception):
                 raise reply
-            text = summary_clean(reply.text, max_tokens=MAX_TOKENS)
+            text = summary_clean(reply.text, max_tokens=max_tokens)
             draft.tokens_in, draft.tokens_out = reply.usage.tokens_in, reply.usage.tokens_out
             if not text:
                 draft.degraded = "llm_empty_reply: the LLM's reply held no summary"
@@ -237,7 +246,7 @@ def _drafts_write(drafts: list[_Draft], *, state: _LLMState, wanted_llm: bool) -
             draft.degraded = state.reason
         if draft.degraded:
             logger.warning("Summary of version %s degraded to extractive: %s", draft.version_id, draft.degraded)
-        draft.text = summary_extract(draft.body, max_tokens=MAX_TOKENS)
+        draft.text = summary_extract(draft.body, max_tokens=max_tokens)
 
 
 def _drafts_store(tenant: Tenant, drafts: list[_Draft], vectors, *, embedder_key: str, rebuild: bool) -> int:
