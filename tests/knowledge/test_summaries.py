@@ -267,7 +267,7 @@ def test_the_real_local_llm_writes_summaries_end_to_end(tenant, source, local_ll
 
     # One short two-sentence document and a short reply: the shared CPU makes the tiny model slow.
     ingest(
-        tenant, source, ReadDocument(external_id="tea", title="Tea", text="Brew green tea at 80 C. Steep it briefly.")
+        tenant, source, ReadDocument(external_id="tea", title="Tea", text="Brew green tea hot.\n\nSteep it briefly.")
     )
     llm = LLMClient(MODEL_ALIAS, base_url=local_llm_url, api_key="local", timeout_s=600)
     counts = summaries_refresh(tenant_id=tenant.pk, method="llm", llm=llm, max_tokens=12)
