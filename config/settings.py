@@ -204,6 +204,10 @@ if KB_NEAR_DUPLICATE_THRESHOLD > 1:
 # retrieval_config["enrichment"]; retrieval_config["enrichment_weight"] weighs the field.
 KB_ENRICHMENT = env_bool("KB_ENRICHMENT", False)
 KB_ENRICHMENT_QUESTIONS = env_int("KB_ENRICHMENT_QUESTIONS", 3, minimum=0)
+# Per-document summaries (knowledge.summaries, docs/summaries.md): written after each ingestion (a
+# Celery task) as one summary chunk per version; "auto" uses the LLM when one is configured, else
+# the extractive summary. A tenant may override it with retrieval_config["summaries"].
+KB_SUMMARIES = env_choice("KB_SUMMARIES", "off", ["off", "auto", "extractive", "llm"])
 KB_FUSION = env_choice("KB_FUSION", "weighted", ["rrf", "weighted", "tm2c2", "dbsf"])
 # The answer pipeline a tenant uses unless its retrieval_config or the request names another.
 KB_PIPELINE = env_choice(

@@ -233,10 +233,11 @@ class DocumentVersionAdmin(TenantScopedAdmin):
 
 @admin.register(Chunk)
 class ChunkAdmin(ReadOnlyAdminMixin, TenantScopedAdmin):
-    list_display = ["__str__", "ordinal", "heading", "token_count", "embedder", "tenant"]
+    list_display = ["__str__", "kind", "ordinal", "heading", "token_count", "embedder", "tenant"]
     list_filter = [
         "tenant",
         ("version__document__source", admin.RelatedOnlyFieldListFilter),
+        "kind",
         "embedder",
     ]
     list_select_related = ["version__document", "tenant"]

@@ -200,6 +200,12 @@ class DocumentVersion(models.Model):
         return f"{self.document} v{self.number}"
 
 
+# Per-document summaries (issue 8 §5, ``knowledge.summaries``): a version's summary is a chunk of
+# kind "summary" at this fixed ordinal, far past any body chunk, so packing windows and reading
+# order never mix it with the body (``chunk_kind_ordinal``).
+SUMMARY_ORDINAL = 1_000_000
+
+
 def _english_tsvector():
     """Heading (weight A) and text (weight B) under PostgreSQL's English configuration."""
     return SearchVector("heading", weight="A", config="english") + SearchVector("text", weight="B", config="english")
@@ -214,7 +220,13 @@ class Chunk(models.Model):
     ``is_current`` copies the version's ``is_current`` (denormalized so default retrieval filters
     on the chunk row itself, through partial indexes): a new version's chunks become current and
     the old version's chunks stay, not current, in the same transaction (``docs/versions.md``).
+    ``kind`` is ``body`` (a span of the version's text, ordinals 0..n-1) or ``summary`` (the
+    version's summary, at ``SUMMARY_ORDINAL``, offsets 0..0; ``docs/summaries.md``).
     """
+
+    class Kind(models.TextChoices):
+        BODY = "body", "Body"
+        SUMMARY = "summary", "Summary"
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="chunks")
     version = models.ForeignKey(DocumentVersion, on_delete=models.CASCADE, related_name="chunks")
@@ -241,12 +253,18 @@ class Chunk(models.Model):
     )
     metadata = models.JSONField(default=dict, blank=True)
     is_current = models.BooleanField(default=True, db_default=True)
+    kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.BODY, db_default=Kind.BODY)
 
     objects = TenantScopedQuerySet.as_manager()
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["version", "ordinal"], name="chunk_unique_ordinal_per_version"),
+            # One summary per version (with the unique ordinal), never at a body chunk's ordinal.
+            models.CheckConstraint(
+                condition=Q(kind="body", ordinal__lt=SUMMARY_ORDINAL) | Q(kind="summary", ordinal=SUMMARY_ORDINAL),
+                name="chunk_kind_ordinal",
+            ),
             models.CheckConstraint(
                 condition=Q(char_end__gte=models.F("char_start")),
                 name="chunk_offsets_ordered",
@@ -262,6 +280,14 @@ class Chunk(models.Model):
             # Access rules: BM25 finds the chunks hidden from a user by their versions, index-only
             # (knowledge.access.AccessScope.denied_condition).
             models.Index(fields=["version"], include=["id"], name="chunk_version_incl_id_idx"),
+            # Retrieval without summaries: BM25 skips the tenant's current summary chunks
+            # (RetrievalFilter.posting_condition), one per document.
+            models.Index(
+                fields=["tenant"],
+                include=["id"],
+                condition=Q(kind="summary", is_current=True),
+                name="chunk_summary_tenant_idx",
+            ),
         ]
 
     def __str__(self) -> str:

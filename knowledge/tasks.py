@@ -76,3 +76,9 @@ def enrichment_task(tenant_id: int) -> dict:
     from knowledge.enrichment.services import chunks_enrich
 
     return chunks_enrich(tenant_id=tenant_id)
+def summaries_task(tenant_id: int) -> dict:
+    """Write the missing per-document summaries of tenant ``tenant_id``
+    (``knowledge.summaries.services.summaries_refresh``); queued after each ingestion."""
+    from knowledge.summaries.services import summaries_refresh
+
+    return summaries_refresh(tenant_id=tenant_id)

@@ -16,6 +16,10 @@ from retrieval.pipeline import PIPELINE_NAMES
 from retrieval.search import chunk_search
 
 COLLAPSE_HELP = "Collapse near-duplicate documents to the freshest (default: the tenant's setting, on)."
+SUMMARIES_HELP = (
+    "Let the documents' summary chunks compete with their text (default: the tenant's include_summaries, on); "
+    "false keeps them out."
+)
 PERSONALIZE_HELP = (
     "Personalize for the caller (default): boost what their profile prefers and what they and their team "
     "found useful, and describe them in the answer prompt. false: the same ranking and prompt as for anyone."
@@ -40,6 +44,9 @@ class ChunkReferenceSerializer(serializers.Serializer):
     version_current = serializers.BooleanField(help_text="False for an older version (as_of).")
     chunk = serializers.IntegerField()
     chunk_id = serializers.IntegerField()
+    kind = serializers.ChoiceField(
+        choices=("body", "summary"), help_text="'summary': the document's summary, not a span of its text."
+    )
     score = serializers.FloatField()
     text = serializers.CharField()
 
@@ -60,6 +67,7 @@ class SearchApi(APIView):
             help_text="YYYY-MM-DD: use the document versions current on that day (default: current versions).",
         )
         collapse = serializers.BooleanField(required=False, allow_null=True, default=None, help_text=COLLAPSE_HELP)
+        summaries = serializers.BooleanField(required=False, allow_null=True, default=None, help_text=SUMMARIES_HELP)
         personalize = serializers.BooleanField(default=True, help_text=PERSONALIZE_HELP)
 
     @extend_schema_serializer(component_name="SearchOutput")
@@ -98,7 +106,7 @@ class SearchApi(APIView):
             source_ids=source_ids_for_names(tenant=tenant, names=data["sources"], user=request.user),
             as_of=data.get("as_of"),
             user=request.user,
-            options={"collapse": data["collapse"], "personalize": data["personalize"]},
+            options={"collapse": data["collapse"], "personalize": data["personalize"], "summaries": data["summaries"]},
         )
         output = {
             "results": [r.as_dict() for r in response.results],
@@ -123,6 +131,7 @@ class AskApi(APIView):
             choices=PIPELINE_NAMES, required=False, help_text="Named pipeline; default: the tenant's (KB_PIPELINE)."
         )
         collapse = serializers.BooleanField(required=False, allow_null=True, default=None, help_text=COLLAPSE_HELP)
+        summaries = serializers.BooleanField(required=False, allow_null=True, default=None, help_text=SUMMARIES_HELP)
         conversation = serializers.IntegerField(
             min_value=1,
             max_value=2**63 - 1,
@@ -210,5 +219,9 @@ class AskApi(APIView):
             "use_llm": not data["extractive"],
             "source_ids": source_ids_for_names(tenant=tenant, names=data["sources"], user=user),
             "as_of": data.get("as_of"),
-            "options": {"collapse": data["collapse"], "personalize": data.get("personalize", True)},
+            "options": {
+                "collapse": data["collapse"],
+                "personalize": data.get("personalize", True),
+                "summaries": data.get("summaries"),
+            },
         }

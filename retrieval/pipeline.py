@@ -145,6 +145,12 @@ class PipelineSpec:
     # Enrich the tenant's chunks after ingestion (None: KB_ENRICHMENT); knowledge.enrichment.
     # The field's weight in retrieval is the search setting ``enrichment_weight``.
     enrichment: bool | None = None
+    # ---- per-document summaries (issue 8 §5) ----
+    # ``summaries``: how they are written at ingestion (knowledge.summaries; None: KB_SUMMARIES);
+    # ``include_summaries``: whether summary chunks compete in retrieval (a request's
+    # ``summaries`` option overrides it).
+    summaries: str | None = None
+    include_summaries: bool = True
     # ----
     search: SearchConfig = field(default_factory=SearchConfig)
 
@@ -197,6 +203,9 @@ _OPTION_RULES = {
     "personal_band": (0.0, 1.0),
     # ---- enrichment (issue 8 §6) ----
     "enrichment": bool,
+    # ---- per-document summaries (issue 8 §5) ----
+    "summaries": ("off", "auto", "extractive", "llm"),
+    "include_summaries": bool,
     # ----
 }
 SETTING_KEYS = ("pipeline", *_OPTION_RULES, *(f.name for f in fields(SearchConfig)))
@@ -334,8 +343,9 @@ def _question_check(question: str, *, label: str = "question") -> str:
 
 # Per-request switches: name -> default. ``personalize`` (issue 9 §2) turns the personal rerank
 # stage and the prompt's user layer on or off; ``collapse`` (issue 8 §1) collapses near-duplicate
-# clusters (None: the tenant's setting).
-REQUEST_OPTIONS = {"personalize": True, "collapse": None}
+# clusters (None: the tenant's setting); ``summaries`` (issue 8 §5) lets summary chunks compete
+# (None: the tenant's ``include_summaries``).
+REQUEST_OPTIONS = {"personalize": True, "collapse": None, "summaries": None}
 
 
 def _options(options: dict | None) -> dict:
@@ -345,17 +355,27 @@ def _options(options: dict | None) -> dict:
     merged = {**REQUEST_OPTIONS, **(options or {})}
     if not isinstance(merged["personalize"], bool):
         raise InvalidInput(f"Option 'personalize' must be true or false, not {merged['personalize']!r}.")
+    if merged["summaries"] is not None and not isinstance(merged["summaries"], bool):
+        raise InvalidInput(f"Option 'summaries' must be true or false, not {merged['summaries']!r}.")
     return merged
 
 
-def retrieval_filter(*, tenant, user=None, source_ids=None, as_of: date | None = None) -> RetrievalFilter:
-    """The shared retrieval filter for ``user`` asking in ``tenant`` (sources, as-of date, access rules).
+def _summaries_wanted(spec: PipelineSpec, options: dict) -> bool:
+    """Whether summary chunks compete: the request's ``summaries`` option, else the spec's ``include_summaries``."""
+    return spec.include_summaries if options["summaries"] is None else options["summaries"]
+
+
+def retrieval_filter(
+    *, tenant, user=None, source_ids=None, as_of: date | None = None, summaries: bool = True
+) -> RetrievalFilter:
+    """The shared retrieval filter for ``user`` asking in ``tenant`` (sources, as-of date, access
+    rules; ``summaries`` false keeps summary chunks out).
 
     ``user`` ``None`` applies no access rules (operators, evaluations); a user who is not a member
     of ``tenant`` gets ``PermissionDenied`` (``knowledge.access.access_scope_get``).
     """
     access = access_scope_get(tenant=tenant, user=user)
-    return RetrievalFilter.for_tenant(tenant, source_ids=source_ids, as_of=as_of, access=access)
+    return RetrievalFilter.for_tenant(tenant, source_ids=source_ids, as_of=as_of, access=access, summaries=summaries)
 
 
 def _llm_for(llm, use_llm: bool):
@@ -402,10 +422,11 @@ def pipeline_retrieve(
     mode = mode or spec.mode
     if mode not in MODES:
         raise InvalidInput(f"Unknown mode {mode!r}; use one of {', '.join(MODES)}.")
-    where = retrieval_filter(tenant=tenant, user=user, source_ids=source_ids, as_of=as_of)
-    run = RunContext(
-        tenant=tenant, spec=spec, where=where, llm=_llm_for(llm, use_llm), user=user, options=_options(options)
+    options = _options(options)
+    where = retrieval_filter(
+        tenant=tenant, user=user, source_ids=source_ids, as_of=as_of, summaries=_summaries_wanted(spec, options)
     )
+    run = RunContext(tenant=tenant, spec=spec, where=where, llm=_llm_for(llm, use_llm), user=user, options=options)
     started = time.perf_counter()
     plan, results = ranking_for(spec.kind)(run, query, k=k, mode=mode, history=history)
     total_ms = (time.perf_counter() - started) * 1000
@@ -454,7 +475,10 @@ def pipeline_answer(
             strategy=_option("strategy", strategy) if strategy is not None else spec.strategy,
             window_size=_option("window_size", window_size) if window_size is not None else spec.window_size,
         )
-    where = retrieval_filter(tenant=tenant, user=user, source_ids=source_ids, as_of=as_of)
+    options = _options(options)
+    where = retrieval_filter(
+        tenant=tenant, user=user, source_ids=source_ids, as_of=as_of, summaries=_summaries_wanted(spec, options)
+    )
     run = RunContext(
         tenant=tenant,
         spec=spec,
@@ -462,7 +486,7 @@ def pipeline_answer(
         llm=_llm_for(llm, use_llm),
         emit=on_event,
         user=user,
-        options=_options(options),
+        options=options,
     )
     started = time.perf_counter()
     flow = flow_for(spec.kind)(run, question, k=k, reverse_pack=reverse_pack, history=history)

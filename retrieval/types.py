@@ -98,7 +98,8 @@ class CandidateLists:
 class SearchResult:
     """One ranked chunk with its fused score and each retriever's score and rank (1-based).
 
-    ``chunk`` is a ``knowledge.Chunk`` with its version, document and source loaded.
+    ``chunk`` is a ``knowledge.Chunk`` with its version, document and source loaded; its ``kind``
+    ("body" or "summary": the document's summary, ``docs/summaries.md``) is in ``as_dict``.
     """
 
     chunk: Any
@@ -125,6 +126,7 @@ class SearchResult:
             **_version_fields(version),
             "chunk": self.chunk.ordinal,
             "chunk_id": self.chunk.pk,
+            "kind": self.chunk.kind,
             "heading": self.chunk.heading,
             "score": round(self.score, 6),
             "components": self.components,
@@ -166,7 +168,10 @@ class Passage:
 
 @dataclass
 class Citation:
-    """A numbered reference ``[n]`` to the passage (chunk and version) a claim comes from."""
+    """A numbered reference ``[n]`` to the passage (chunk and version) a claim comes from.
+
+    ``kind`` in ``as_dict`` says whether the passage is the document's summary ("summary") or its text ("body").
+    """
 
     n: int
     passage: Passage
@@ -184,6 +189,7 @@ class Citation:
             **_version_fields(self.passage.version),
             "chunk": chunk.ordinal,
             "chunk_id": chunk.pk,
+            "kind": chunk.kind,
             "score": round(self.passage.score, 6),
             "text": self.passage.text,
             **getattr(chunk, "duplicates", {}),  # also_in, near_duplicates, update when any

@@ -44,6 +44,7 @@ from knowledge.models import (
     Source,
     Tenant,
 )
+from knowledge.summaries.services import summaries_enqueue
 from knowledge.vector_index import tenant_vector_index_ensure, vector_index_ensure
 
 
@@ -207,6 +208,7 @@ def documents_ingest(
     tenant_vector_index_ensure(tenant_id=tenant.pk, embedder_key=embedder_key)  # own HNSW index once large
     near_duplicates_enqueue(tenant=tenant, report=report)
     enrichment_enqueue(tenant=tenant, report=report)
+    summaries_enqueue(tenant=tenant, report=report)
     report.total_seconds = time.perf_counter() - started
     return report
 
@@ -362,7 +364,7 @@ def _store(
                 "unchanged",
                 document.pk,
                 current.number,
-                current.chunks.count(),
+                current.chunks.filter(kind=Chunk.Kind.BODY).count(),
                 current.duplicate_of_id,
             )
         if item.status == "new" and not item.spans:
@@ -503,7 +505,10 @@ def paths_ingest(
 
 
 def version_reindex(*, version_id: int, splitter: Splitter | None = None) -> int:
-    """Rebuild the chunks of a current version from its stored text. Returns the chunk count."""
+    """Rebuild the chunks of a current version from its stored text. Returns the chunk count.
+
+    Its summary chunk goes with the old chunks; a new one is queued (``summaries_enqueue``).
+    """
     version = DocumentVersion.objects.select_related("document", "document__tenant").get(pk=version_id)
     document = version.document
     tenant = document.tenant
@@ -523,4 +528,5 @@ def version_reindex(*, version_id: int, splitter: Splitter | None = None) -> int
         version.duplicate_of = None
         version.save(update_fields=["duplicate_of"])
         _chunks_create(version, spans, vectors, embedder.key)
+    summaries_enqueue(tenant=tenant)  # the version's summary went with its chunks
     return len(spans)

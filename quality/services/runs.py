@@ -8,7 +8,10 @@ chunks become the ranking the judgments speak about, and ``quality.metrics`` sco
   document whose chunks it shares;
 * chunk-level judgments (``{"document", "text", "grade"}``, RAG4p) rank chunks; a chunk is
   relevant when it contains the judgment's text (whitespace-insensitive), since chunk numbers
-  depend on the splitter.
+  depend on the splitter;
+* a document's summary chunk (``Chunk.kind``) ranks its document for document-level judgments,
+  like any of its chunks; for chunk-level judgments it is never the judged passage, even when it
+  quotes it (an extractive summary does), so summaries are measured strictly there.
 
 Retrieval is slow I/O (embeddings, maybe LLM calls), so no transaction is held while a run is
 measured.
@@ -64,6 +67,10 @@ def _judged_ranking(
         labels, readable = [], []
         for result in results:
             chunk = result.chunk
+            if chunk.kind == "summary":  # a summary is never the judged passage, even when it quotes it
+                labels.append(f"chunk:{chunk.pk}")
+                readable.append(f"{chunk.version.document.external_id}#summary")
+                continue
             text = _squash(chunk.text)
             labels.append(next((label for label, needle, _ in needles if needle in text), f"chunk:{chunk.pk}"))
             readable.append(f"{chunk.version.document.external_id}#{chunk.ordinal}")

@@ -35,7 +35,10 @@ def candidates_fuse(candidates: CandidateLists, config: SearchConfig) -> Ranking
 # document by primary key instead of hashing every tenant's versions (the plain join's plan once
 # k reaches a few dozen): the cost follows k, not the size of the tables.
 _WANTED = {
-    Chunk: {"id", "tenant_id", "version_id", "ordinal", "heading", "text", "token_count", "char_start", "char_end"},
+    Chunk: {
+        *("id", "tenant_id", "version_id", "ordinal", "heading", "text", "token_count", "char_start", "char_end"),
+        "kind",
+    },
     DocumentVersion: {"id", "document_id", "number", "published_at", "ingested_at", "is_current"},
     Document: {"id", "tenant_id", "source_id", "external_id", "uri", "title"},
     Source: {"id", "tenant_id", "name", "kind", "reliability", "half_life_days"},

@@ -37,13 +37,17 @@ def window(tenant: Tenant, results: list[SearchResult], *, n: int, size: int = 1
     """The first ``n`` results, each widened by ``size`` neighbouring chunks on both sides.
 
     One query fetches every neighbour; text is cut from the version's text by character
-    offsets, so chunk overlaps are not repeated. ``ValueError`` if ``size`` < 0.
+    offsets, so chunk overlaps are not repeated. A summary chunk (``Chunk.kind``) is a passage of
+    its own text: it has no neighbours and never merges with its document's body chunks.
+    ``ValueError`` if ``size`` < 0.
     """
     if size < 0:
         raise ValueError("window size must be >= 0")
     chosen = results[:n]
     wanted: dict[int, set[int]] = {}
     for r in chosen:
+        if r.chunk.kind == Chunk.Kind.SUMMARY:
+            continue  # a summary has no neighbours: it is its own passage
         ordinal = r.chunk.ordinal
         wanted.setdefault(r.chunk.version_id, set()).update(range(max(0, ordinal - size), ordinal + size + 1))
     if not chosen:
@@ -51,17 +55,24 @@ def window(tenant: Tenant, results: list[SearchResult], *, n: int, size: int = 1
     condition = Q()
     for version_id, ordinals in wanted.items():
         condition |= Q(version_id=version_id, ordinal__in=ordinals)
-    neighbours: dict[tuple[int, int], Chunk] = {
-        (chunk.version_id, chunk.ordinal): chunk
-        for chunk in Chunk.objects.for_tenant(tenant)
-        .filter(condition)
-        .only("id", "version_id", "ordinal", "char_start", "char_end")
-    }
+    neighbours: dict[tuple[int, int], Chunk] = (
+        {
+            (chunk.version_id, chunk.ordinal): chunk
+            for chunk in Chunk.objects.for_tenant(tenant)
+            .filter(condition, kind=Chunk.Kind.BODY)
+            .only("id", "version_id", "ordinal", "char_start", "char_end")
+        }
+        if wanted
+        else {}
+    )
     texts = dict(DocumentVersion.objects.for_tenant(tenant).filter(pk__in=wanted).values_list("pk", "text"))
 
     passages: list[Passage] = []
     spans: dict[int, list[tuple[int, int, Passage]]] = {}
     for r in chosen:
+        if r.chunk.kind == Chunk.Kind.SUMMARY:
+            passages.append(Passage(anchor=r.chunk, text=r.chunk.text, score=r.score, chunks=[r.chunk.ordinal]))
+            continue
         version = r.chunk.version
         ordinals = [
             o for o in range(r.chunk.ordinal - size, r.chunk.ordinal + size + 1) if (version.pk, o) in neighbours

@@ -26,10 +26,20 @@ class RetrievalFilter:
     as_of: date | None = None
     # Access rules (issue 9): who is asking (see ``_access_parts``); None = no user-level rules.
     access: Any = None
+    # Summaries (issue 8 §5): False keeps summary chunks out (``Chunk.kind = 'summary'``).
+    summaries: bool = True
 
     @classmethod
-    def for_tenant(cls, tenant, *, source_ids=None, as_of: date | None = None, access=None) -> RetrievalFilter:
-        return cls(tenant_id=tenant.pk, source_ids=tuple(sorted(set(source_ids or ()))), as_of=as_of, access=access)
+    def for_tenant(
+        cls, tenant, *, source_ids=None, as_of: date | None = None, access=None, summaries: bool = True
+    ) -> RetrievalFilter:
+        return cls(
+            tenant_id=tenant.pk,
+            source_ids=tuple(sorted(set(source_ids or ()))),
+            as_of=as_of,
+            access=access,
+            summaries=summaries,
+        )
 
     @property
     def narrows_tenant(self) -> bool:
@@ -37,7 +47,7 @@ class RetrievalFilter:
 
         When false, ``posting_condition`` alone is the whole rule (BM25 needs no chunk lookup).
         """
-        return bool(self.source_ids) or self.as_of is not None or self._access_restricts
+        return bool(self.source_ids) or self.as_of is not None or self._access_restricts or not self.summaries
 
     @property
     def _access_restricts(self) -> bool:
@@ -61,6 +71,8 @@ class RetrievalFilter:
         parts = [sql.SQL("{}.tenant_id = %(filter_tenant)s").format(chunk)]
         parts.extend(self._version_parts(chunk))
         parts.extend(self._access_parts(chunk))
+        if not self.summaries:
+            parts.append(sql.SQL("{}.kind = 'body'").format(chunk))
         if self.source_ids:
             parts.append(
                 sql.SQL(
@@ -78,14 +90,28 @@ class RetrievalFilter:
         When access rules are the only narrowing, the cheaper equivalent: the chunk is not one of
         the denied documents' chunks (found through the chunk's version index, so the cost follows
         the hidden chunks, not every chunk of the tenant: ``benchmarks/access_latency.py``).
+        Excluding summaries the same way: the chunk is not one of the tenant's current summary
+        chunks (partial index ``chunk_summary_tenant_idx``; one per document).
         """
         posting = sql.Identifier(alias)
         if not self.narrows_tenant:  # every current chunk of the tenant: the postings' own flag
             return sql.SQL("{}.is_current").format(posting)
-        if self._access_restricts and not self.source_ids and self.as_of is None:
-            return sql.SQL(
-                "{}.is_current AND {}.chunk_id NOT IN (SELECT dc.id FROM knowledge_chunk dc WHERE {})"
-            ).format(posting, posting, self.access.denied_condition(sql.Identifier("dc")))
+        if not self.source_ids and self.as_of is None:
+            parts = [sql.SQL("{}.is_current").format(posting)]
+            if self._access_restricts:
+                parts.append(
+                    sql.SQL("{}.chunk_id NOT IN (SELECT dc.id FROM knowledge_chunk dc WHERE {})").format(
+                        posting, self.access.denied_condition(sql.Identifier("dc"))
+                    )
+                )
+            if not self.summaries:
+                parts.append(
+                    sql.SQL(
+                        "{}.chunk_id NOT IN (SELECT sc.id FROM knowledge_chunk sc"
+                        " WHERE sc.tenant_id = %(filter_tenant)s AND sc.kind = 'summary' AND sc.is_current)"
+                    ).format(posting)
+                )
+            return sql.SQL(" AND ").join(parts)
         return sql.SQL("{}.chunk_id IN (SELECT c.id FROM knowledge_chunk c WHERE {})").format(
             posting, self.chunk_condition("c")
         )
@@ -130,4 +156,6 @@ class RetrievalFilter:
             data["as_of"] = self.as_of.isoformat()
         if self.access is not None:
             data["access"] = self.access.summary()
+        if not self.summaries:
+            data["summaries"] = False
         return data
