@@ -125,3 +125,19 @@ def feedback_trends(*, tenant, by: str, weeks: int = 12) -> list[TrendRow]:
         TrendRow(week=row["week"].date(), key=row[field] or "(deleted)", total=row["total"], negative=row["negative"])
         for row in grouped
     ]
+
+
+def source_feedback_counts(*, tenant) -> dict[int, tuple[int, int]]:
+    """``{source id: (helpful, not helpful)}``: the tenant's citation feedback per cited source
+    (one query; feedback lives as long as its trace, ``KB_TRACE_RETENTION_DAYS``). Sources without
+    citation feedback are absent. Read by the recency stage's source-feedback factor."""
+    rows = (
+        Feedback.objects.for_tenant(tenant)
+        .filter(citation__isnull=False, source__isnull=False)
+        .values("source_id")
+        .annotate(
+            up=Count("id", filter=Q(rating=Feedback.Rating.UP)),
+            down=Count("id", filter=Q(rating=Feedback.Rating.DOWN)),
+        )
+    )
+    return {row["source_id"]: (row["up"], row["down"]) for row in rows}

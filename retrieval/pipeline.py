@@ -115,6 +115,9 @@ class PipelineSpec:
     recency_undated: str = "neutral"
     recency_threshold: float = 0.0
     quality_weight: float = 1.0
+    # Source feedback: the quality factor also x (1 - weight x the source's excess negative share of
+    # citation feedback over the tenant's); 0 = off (unmeasured: the dev sets have no feedback).
+    source_feedback_weight: float = 0.0
     # ---- diversity (issue 8 §4) ----
     # retrieval.stages.rerank.diversity: off, caps (at most ``diversity_per_document`` chunks per
     # document and ``diversity_per_source`` per source in the top k; 0 = no cap) or mmr (MMR over
@@ -185,6 +188,7 @@ _OPTION_RULES = {
     "recency_undated": ("neutral", "ingested"),
     "recency_threshold": (0.0, 1.0),
     "quality_weight": (0.0, 1.0),
+    "source_feedback_weight": (0.0, 1.0),
     # ---- diversity (issue 8 §4) ----
     "diversity": ("off", "caps", "mmr"),
     "diversity_per_document": (0, 50),

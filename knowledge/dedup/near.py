@@ -13,7 +13,8 @@ pairs likely above a threshold without comparing every pair (Leskovec, Rajaraman
 the LSH's false positives never become pairs.
 
 A pair is *meaningless* when both texts are equal once case, whitespace, punctuation and markup
-are normalized away (``plain_words``), else *meaningful*; a meaningful pair gets a short
+(HTML, Markdown links, reST roles, hyperlinks and their targets, directive options) are
+normalized away (``meaning_words``), else *meaningful*; a meaningful pair gets a short
 word-level summary of its changes (``change_summary``: "PostgreSQL 12 -> PostgreSQL 14").
 """
 
@@ -50,15 +51,100 @@ MEANINGFUL = "meaningful"
 _MARKUP = re.compile(r"<[^>]{0,200}>|&[a-z]{2,8};|&#\d{1,6};")
 _WORD = re.compile(r"\w+(?:[.'’-]\w+)*")
 
+# Lightweight markup that ``meaning_words`` reads as markup (its text kept, its syntax and link
+# targets dropped). The texts compared are the readers' output (``knowledge.ingestion.readers``):
+# Markdown is kept as written, reST is mostly converted to text line by line, so what is left is
+# markup the reader could not see, e.g. a role whose text and target span two lines. So these
+# are patterns over fragments, not a parser: docutils is not a dependency, does not know Sphinx's
+# roles (``:ref:``, ``:doc:``, ``:pypi:`` raise "Unknown interpreted text role") and cannot
+# parse half-converted text.
+#   Markdown: ![alt](src), [text](url "title"), [text][ref], and "[ref]: url" definition lines.
+_MD_IMAGE_OR_LINK = re.compile(r"!?\[([^\]\n]*(?:\n[^\]\n]*)?)\]\((?:<[^>\n]*>|[^()\s]*)(?:\s+\"[^\"\n]*\")?\)")
+_MD_REFERENCE_LINK = re.compile(r"\[([^\]\n]+)\]\[[^\]\n]*\]")
+_MD_DEFINITION = re.compile(r"^ {0,3}\[[^\]\n]+\]:[ \t]+\S+.*$", re.MULTILINE)
+#   reST: :role:`text <target>`, `text <url>`_ / __ (text and target may span lines), :role:`~a.b.C`
+#   (shown as "C", as Sphinx does), :role:`text`, ``literal``, `named reference`_, word_ references.
+_RST_TARGETED = re.compile(r"(?::[\w.+-]+(?::[\w.+-]+)?:)?`([^`<]*?)\s*<[^`>]*>`(?:__?)?")
+_RST_ROLE = re.compile(r":[\w.+-]+(?::[\w.+-]+)?:`!?([^`]*)`")
+_RST_LITERAL = re.compile(r"``([^`]+)``")
+_RST_NAMED_REF = re.compile(r"`([^`<]+)`__?")
+_RST_WORD_REF = re.compile(r"(?<![\w`])([A-Za-z][\w-]*[A-Za-z0-9])__?(?=[\s.,;:)!?]|$)", re.MULTILINE)
+#   reST hyperlink targets (".. _name: url", ".. __: url", Django's "__ url"), directive markers
+#   (".. note::", its argument kept) and directive options: an indented ":name: value" line of a
+#   known option is dropped, except the options rendered as text (a caption, an image's alt text).
+_RST_LINK_TARGET = re.compile(
+    r"^[ \t]*(?:\.\.[ \t]+_[^:\n]*:(?:[ \t]+\S+)?|(?:\.\.[ \t]+)?__:?[ \t]+\S+)[ \t]*$", re.MULTILINE
+)
+_RST_DIRECTIVE = re.compile(r"^([ \t]*)\.\.[ \t]+[\w:-]+::", re.MULTILINE)
+_RST_OPTION = re.compile(r"^[ \t]+:([\w-]+):(?:[ \t]+(.*))?$", re.MULTILINE)
+_RST_SHOWN_OPTIONS = frozenset({"caption", "alt"})
+_RST_OPTIONS = _RST_SHOWN_OPTIONS | frozenset(
+    {
+        "abstractmethod", "align", "annotation", "append", "async", "backlinks", "canonical", "class",
+        "classmethod", "dedent", "depth", "deprecated", "emphasize-lines", "encoding", "end-before",
+        "end-line", "exclude-members", "figclass", "figwidth", "file", "final", "force", "format",
+        "glob", "header-rows", "height", "hidden", "includehidden", "inherited-members", "language",
+        "lineno-start", "linenos", "lines", "literal", "local", "maxdepth", "member-order", "members",
+        "module", "name", "no-index", "noindex", "number-lines", "numbered", "parser", "platform",
+        "prepend", "private-members", "pyobject", "reversed", "scale", "show-inheritance",
+        "special-members", "start-after", "start-line", "staticmethod", "stub-columns", "synopsis",
+        "tab-width", "target", "titlesonly", "trim", "type", "undoc-members", "url", "value", "width",
+        "widths",
+    }
+)  # fmt: skip
+
+
+def _role_text(match: re.Match) -> str:
+    text = match.group(1)
+    return text[1:].rsplit(".", 1)[-1] if text.startswith("~") else text
+
+
+def _option(match: re.Match) -> str:
+    name = match.group(1)
+    if name not in _RST_OPTIONS:
+        return match.group(0)
+    return (match.group(2) or "") if name in _RST_SHOWN_OPTIONS else ""
+
+
+def markup_strip(text: str) -> str:
+    """``text`` with HTML tags and entities, Markdown links and images, reST roles, hyperlinks and
+    their targets, literals, directive markers and directive options reduced to the text a reader
+    sees (link and role targets dropped). Pure regular expressions over the readers' output.
+
+    ``":pypi:`Django Debug Toolbar <django-debug-toolbar>`"`` -> ``"Django Debug Toolbar"``;
+    ``"[the docs](https://x.org)"`` -> ``"the docs"``; ``":class:`~django.db.models.Field`"`` ->
+    ``"Field"``.
+    """
+    text = _MD_DEFINITION.sub("", text)
+    text = _MD_IMAGE_OR_LINK.sub(r"\1", text)
+    text = _MD_REFERENCE_LINK.sub(r"\1", text)
+    text = _RST_LINK_TARGET.sub("", text)
+    text = _RST_DIRECTIVE.sub(r"\1", text)
+    text = _RST_OPTION.sub(_option, text)
+    text = _RST_TARGETED.sub(r"\1", text)
+    text = _RST_ROLE.sub(_role_text, text)
+    text = _RST_LITERAL.sub(r"\1", text)
+    text = _RST_NAMED_REF.sub(r"\1", text)
+    text = _RST_WORD_REF.sub(r"\1", text)
+    return _MARKUP.sub(" ", text)
+
 
 def plain_words(text: str) -> list[str]:
-    """The words of ``text`` with case, whitespace, punctuation and markup normalized away.
+    """The words of ``text`` for shingling: HTML/XML tags and entities dropped, then words
+    (letters, digits, with inner ``. ' -`` kept: "3.10", "don't") lower-cased; other punctuation
+    (``*``, `````, ``#``, ``=`` underlines) disappears. Returns a list of words in order.
 
-    HTML/XML tags and entities are dropped, then words (letters, digits, with inner ``. ' -``
-    kept: "3.10", "don't") are lower-cased. reST and Markdown markup (``*``, `````, ``#``, ``=``
-    underlines) is punctuation and so disappears. Returns a list of words in order.
+    Kept as it is because stored MinHash signatures were computed with it (changing it would
+    make old and new signatures incomparable); the classifier reads ``meaning_words``.
     """
     return [word.lower() for word in _WORD.findall(_MARKUP.sub(" ", text))]
+
+
+def meaning_words(text: str) -> list[str]:
+    """The words a reader sees, lower-cased: ``markup_strip`` (HTML, Markdown and reST markup and
+    link targets dropped), then words as in ``plain_words``. Two texts with the same meaning
+    words differ only in case, whitespace, punctuation or markup (a *meaningless* change)."""
+    return [word.lower() for word in _WORD.findall(markup_strip(text))]
 
 
 def shingles(text: str, *, size: int = SHINGLE_WORDS) -> set[bytes]:
@@ -145,7 +231,7 @@ class PairClass:
 
 def pair_classify(older: str, newer: str) -> PairClass:
     """Classify a near-duplicate pair (see the module docstring); ``update`` reads older -> newer."""
-    if plain_words(older) == plain_words(newer):
+    if meaning_words(older) == meaning_words(newer):
         return PairClass(MEANINGLESS, "")
     return PairClass(MEANINGFUL, change_summary(older, newer))
 
@@ -163,13 +249,13 @@ def _clip(words: list[str]) -> str:
 def change_summary(older: str, newer: str, *, limit: int = _SHOWN_CHANGES) -> str:
     """A short word-level diff of ``older`` -> ``newer``: at most ``limit`` changes, in text order.
 
-    Words are compared case-, punctuation- and markup-blind (``plain_words``) but shown as
+    Words are compared case-, punctuation- and markup-blind (``meaning_words``) but shown as
     written. A replacement reads "PostgreSQL 12 -> PostgreSQL 14" (one word of context before a
     change of at most three words), an insertion "+ words", a deletion "- words"; changes are
     joined by "; " and "(+N more)" counts the rest. Each side shows at most eight words.
     """
-    a_shown = _WORD.findall(_MARKUP.sub(" ", older))
-    b_shown = _WORD.findall(_MARKUP.sub(" ", newer))
+    a_shown = _WORD.findall(markup_strip(older))
+    b_shown = _WORD.findall(markup_strip(newer))
     a = [w.lower() for w in a_shown]
     b = [w.lower() for w in b_shown]
     matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)

@@ -133,33 +133,56 @@ def duplicates_for_versions(*, tenant, version_ids: list[int], near: bool = True
     return found
 
 
-def chunk_nearest_in_versions(*, tenant, chunk_id: int, version_ids: list[int], condition=None, params=None):
-    """``(version id, chunk id)`` of the chunk closest (cosine of embeddings) to chunk ``chunk_id``
-    in the first of ``version_ids`` (in order) holding a chunk that meets ``condition``; or None.
+def chunks_nearest_in_versions(
+    *, tenant, wanted: dict[int, list[int]], condition=None, params=None
+) -> dict[int, tuple[int, int]]:
+    """For each chunk id of ``wanted``, the ``(version id, chunk id)`` of the chunk closest to it
+    (cosine distance of the embeddings, pgvector ``<=>``) in the first of its version ids (in
+    order) that holds a chunk meeting ``condition``; chunks with no such version are left out.
 
-    ``condition`` is a ``psycopg.sql`` condition over the chunk alias ``c`` with named ``params``
-    (``RetrievalFilter.chunk_condition``: sources, versions, access rules), so a replacement is
-    never a chunk the query could not have seen. Chunks are ``tenant``'s and embedded by the same
-    model as ``chunk_id``. Used to show the freshest member of a near-duplicate cluster in place
-    of an older member's chunk.
+    ``wanted``: ``{chunk id: [version id, ...]}``, the versions in order of preference (the
+    freshest member of a near-duplicate cluster first). Ties in distance go to the lower
+    ``ordinal``. One query for all chunks: the (chunk, version, rank) triples are passed as three
+    parallel arrays, every candidate chunk of each wanted version is joined to its query chunk,
+    and ``DISTINCT ON`` keeps the best per query chunk (the first version by rank, then the
+    nearest). ``condition`` is a ``psycopg.sql`` condition over the chunk alias ``c`` with named
+    ``params`` (``RetrievalFilter.chunk_condition``: sources, versions, access rules), so a
+    replacement is never a chunk the query could not have seen. Chunks are ``tenant``'s and
+    embedded by the same model as their query chunk. Used to show the freshest member of a
+    near-duplicate cluster in place of an older member's chunk.
     """
     from psycopg import sql
 
+    chunk_ids, version_ids, ranks = [], [], []
+    for chunk_id, versions in wanted.items():
+        for rank, version_id in enumerate(versions):
+            chunk_ids.append(chunk_id)
+            version_ids.append(version_id)
+            ranks.append(rank)
+    if not chunk_ids:
+        return {}
     tenant_id = tenant if isinstance(tenant, int) else tenant.pk
     query = sql.SQL(
         """
-        SELECT c.version_id, c.id FROM knowledge_chunk c, knowledge_chunk q
-        WHERE q.id = %(nd_chunk)s AND q.tenant_id = %(nd_tenant)s
-          AND c.tenant_id = %(nd_tenant)s AND c.version_id = ANY(%(nd_versions)s::bigint[])
-          AND c.embedder = q.embedder AND {condition}
-        ORDER BY array_position(%(nd_versions)s::bigint[], c.version_id), c.embedding <=> q.embedding, c.ordinal
-        LIMIT 1
+        SELECT DISTINCT ON (w.chunk_id) w.chunk_id, c.version_id, c.id
+        FROM unnest(%(nd_chunks)s::bigint[], %(nd_versions)s::bigint[], %(nd_ranks)s::int[])
+             AS w(chunk_id, version_id, rank)
+        JOIN knowledge_chunk q ON q.id = w.chunk_id AND q.tenant_id = %(nd_tenant)s
+        JOIN knowledge_chunk c ON c.version_id = w.version_id AND c.tenant_id = %(nd_tenant)s
+             AND c.embedder = q.embedder
+        WHERE {condition}
+        ORDER BY w.chunk_id, w.rank, c.embedding <=> q.embedding, c.ordinal
         """
     ).format(condition=condition if condition is not None else sql.SQL("TRUE"))
     with connection.cursor() as cursor:
         cursor.execute(
             query,
-            {**(params or {}), "nd_chunk": chunk_id, "nd_tenant": tenant_id, "nd_versions": list(version_ids)},
+            {
+                **(params or {}),
+                "nd_chunks": chunk_ids,
+                "nd_versions": version_ids,
+                "nd_ranks": ranks,
+                "nd_tenant": tenant_id,
+            },
         )
-        row = cursor.fetchone()
-    return (row[0], row[1]) if row else None
+        return {chunk_id: (version_id, found) for chunk_id, version_id, found in cursor.fetchall()}

@@ -14,6 +14,8 @@ from knowledge.dedup.near import (
     change_summary,
     clusters_of,
     jaccard,
+    markup_strip,
+    meaning_words,
     pair_classify,
     shingles,
     signatures,
@@ -69,6 +71,52 @@ def test_changes_of_case_whitespace_punctuation_and_markup_only_are_meaningless(
     found = pair_classify(DATABASES_OLD.text, DATABASES_REFORMATTED.text)
     assert found.kind == MEANINGLESS and found.update == ""
     assert pair_classify("<p>Hello, <b>World</b>!</p>", "hello world").kind == MEANINGLESS
+
+
+def test_a_rest_role_added_around_a_link_is_a_meaningless_change():
+    # Pair #20 of benchmarks/results/near_duplicates_pairs.md (Django 4.2 -> 5.2): a role whose text
+    # and target span two lines, which the reST reader leaves in the text.
+    older = "in 3rd-party libraries, like the Django Debug Toolbar."
+    newer = "in 3rd-party libraries, like the :pypi:`Django Debug Toolbar\n<django-debug-toolbar>`."
+    found = pair_classify(older, newer)
+    assert (found.kind, found.update) == (MEANINGLESS, "")
+
+
+@pytest.mark.parametrize(
+    ("marked", "plain"),
+    [
+        (":ref:`the settings <settings-ref>`", "the settings"),
+        (":doc:`/topics/http/urls`", "/topics/http/urls"),
+        (":class:`~django.db.models.Field`", "Field"),
+        (":py:meth:`!save`", "save"),
+        ("``literal``", "literal"),
+        ("`Django Forum <https://forum.djangoproject.com/>`_", "Django Forum"),
+        ("`anonymous <https://example.org/>`__", "anonymous"),
+        ("see `the tutorial`_ and Python_.", "see the tutorial and Python."),
+        (".. _the tutorial: https://example.org/tutorial", ""),
+        ("  __ https://wiki.c2.com/?DontRepeatYourself", ""),
+        (".. note::\n   Read me.", "\n   Read me."),
+        ("   :linenos:\n   :emphasize-lines: 2", "\n"),
+        ("   :caption: news/models.py", "news/models.py"),
+        ('[the docs](https://docs.example.org "Docs")', "the docs"),
+        ("![a diagram](img/flow.png)", "a diagram"),
+        ("[the docs][docs]\n[docs]: https://docs.example.org", "the docs\n"),
+    ],
+)
+def test_markup_strip_keeps_the_text_a_reader_sees_and_drops_roles_links_and_targets(marked, plain):
+    assert markup_strip(marked) == plain
+
+
+def test_a_changed_link_target_is_meaningless_but_changed_link_text_is_meaningful():
+    older = "Read [the guide](https://old.example.org/guide) and :ref:`the FAQ <faq-old>`."
+    assert pair_classify(older, "Read [the guide](https://new.example.org/guide) and the FAQ.").kind == MEANINGLESS
+    changed = pair_classify(older, "Read [the manual](https://old.example.org/guide) and the FAQ.")
+    assert (changed.kind, changed.update) == (MEANINGFUL, "the guide -> the manual")
+
+
+def test_a_changed_caption_or_version_is_meaningful_and_code_words_are_kept():
+    assert pair_classify("   :caption: mysite/news/models.py", "   :caption: news/models.py").kind == MEANINGFUL
+    assert meaning_words("def __init__(self): return foo_bar_") == ["def", "__init__", "self", "return", "foo_bar"]
 
 
 def test_the_change_summary_shows_insertions_deletions_and_counts_the_rest():

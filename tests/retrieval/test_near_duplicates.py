@@ -169,3 +169,141 @@ def test_a_near_duplicate_the_asker_may_not_see_is_never_listed(two_releases):  
 
     assert listed(insider) == ["4.2/ref/databases"]
     assert listed(member) == []
+
+
+# ---- one query for every replaced result (no N+1) ---------------------------------------------
+
+GUIDE_PARAGRAPHS = [
+    "Caching. Django ships a cache framework with several backends. The database cache stores entries "
+    "in a table that createcachetable makes; the file-based cache writes one file per entry; the local "
+    "memory cache lives inside each process. Memcached and Redis are the fast shared choices for "
+    "production sites, and the per-site cache middleware caches whole pages for anonymous visitors.",
+    "Sessions. The session framework stores arbitrary data per visitor on the server side and sends "
+    "only a cookie holding the session key. Sessions can live in the database, in the cache, in files "
+    "or in signed cookies. Flushing the session on logout removes the data and a new key is created, "
+    "so a stolen key cannot be reused after the visitor signs out.",
+    "Email. Sending email uses send_mail with a subject, a message, a sender and a list of recipients. "
+    "The SMTP backend talks to the mail server named by EMAIL_HOST and EMAIL_PORT; the console backend "
+    "prints messages for development and the locmem backend keeps them in a list for tests. "
+    "EmailMessage objects add attachments, headers and alternatives such as HTML parts.",
+    "Signals. Signals let decoupled applications get notified when actions occur elsewhere. A receiver "
+    "is a function connected to a signal such as post_save or request_finished; the sender argument "
+    "limits which model's saves reach it. Connect receivers in the ready method of an application "
+    "configuration so they are registered exactly once when the project starts.",
+    "Logging. Django configures Python's logging module through the LOGGING setting, a dictConfig "
+    "dictionary of loggers, handlers, filters and formatters. The django.request logger reports server "
+    "errors, mail_admins sends them to the ADMINS by email, and the django.db.backends logger shows "
+    "every SQL query when DEBUG is on, which helps to find slow pages during development.",
+    "Pagination. The Paginator class splits a list or a queryset into pages of a fixed size. A view "
+    "asks for a page number from the query string, and get_page returns the last page for a number "
+    "that is too large and the first for one that is not a number, so templates can always render "
+    "previous and next links around the current page without extra checks.",
+]
+
+
+def _guide(release: str, year: int, edit: tuple[str, str] | None = None):
+    text = "\n\n".join(GUIDE_PARAGRAPHS)
+    if edit:
+        text = text.replace(*edit)
+    return replace(
+        BIKE,
+        external_id=f"{release}/topics/guide",
+        title="Guide",
+        published_at=datetime(year, 4, 1, tzinfo=UTC),
+        text=text,
+    )
+
+
+@pytest.fixture
+def three_releases(tenant, django_capture_on_commit_callbacks):
+    """A four-section guide in three releases, one source each (a three-member cluster), plus
+    unrelated pages; the near-duplicate task runs on commit as in production."""
+    releases = [
+        ("3.2", 2021, None),
+        ("4.2", 2023, ("Memcached and Redis", "Memcached, Redis and Valkey")),
+        ("5.2", 2025, ("send_mail with a subject", "send_mail or its asynchronous twin with a subject")),
+    ]
+    for release, year, edit in releases:
+        source = SourceFactory(tenant=tenant, name=f"django-{release}")
+        extra = [BIKE] if release == "5.2" else []
+        with django_capture_on_commit_callbacks(execute=True):
+            documents_ingest(tenant=tenant, source=source, documents=[_guide(release, year, edit), *extra])
+    return tenant
+
+
+def _nearest_one_by_one(*, tenant_id, chunk_id, version_ids, condition, params):
+    """The collapse step's former per-result query (before batching), kept here as the reference."""
+    from django.db import connection
+    from psycopg import sql
+
+    query = sql.SQL(
+        """
+        SELECT c.version_id, c.id FROM knowledge_chunk c, knowledge_chunk q
+        WHERE q.id = %(nd_chunk)s AND q.tenant_id = %(nd_tenant)s
+          AND c.tenant_id = %(nd_tenant)s AND c.version_id = ANY(%(nd_versions)s::bigint[])
+          AND c.embedder = q.embedder AND {condition}
+        ORDER BY array_position(%(nd_versions)s::bigint[], c.version_id), c.embedding <=> q.embedding, c.ordinal
+        LIMIT 1
+        """
+    ).format(condition=condition)
+    with connection.cursor() as cursor:
+        cursor.execute(query, {**params, "nd_chunk": chunk_id, "nd_tenant": tenant_id, "nd_versions": version_ids})
+        row = cursor.fetchone()
+    return (row[0], row[1]) if row else None
+
+
+def test_the_batched_nearest_chunk_query_finds_what_the_per_result_query_found(three_releases):
+    from knowledge.dedup.selectors import chunks_nearest_in_versions
+    from knowledge.models import Chunk
+    from retrieval.stages.retrieve.filters import RetrievalFilter
+
+    tenant = three_releases
+    chunks = list(Chunk.objects.for_tenant(tenant).select_related("version__document").order_by("pk"))
+    by_release = {}
+    for chunk in chunks:
+        by_release.setdefault(chunk.version.document.external_id, []).append(chunk)
+    assert all(len(by_release[f"{r}/topics/guide"]) >= 3 for r in ("3.2", "4.2", "5.2"))
+    version = {r: by_release[f"{r}/topics/guide"][0].version_id for r in ("3.2", "4.2", "5.2")}
+    wanted = {c.pk: [version["5.2"], version["4.2"]] for c in by_release["3.2/topics/guide"]}
+    wanted |= {c.pk: [version["5.2"]] for c in by_release["4.2/topics/guide"]}
+    newest_source = tenant.sources.get(name="django-5.2")
+    filters = [
+        RetrievalFilter.for_tenant(tenant),
+        # Without the newest release's source, the 3.2 chunks fall back to 4.2 and the 4.2 chunks find nothing.
+        RetrievalFilter.for_tenant(tenant, source_ids=[s.pk for s in tenant.sources.exclude(pk=newest_source.pk)]),
+    ]
+    for where in filters:
+        condition, params = where.chunk_condition("c"), where.params()
+        batched = chunks_nearest_in_versions(tenant=tenant, wanted=wanted, condition=condition, params=params)
+        one_by_one = {
+            chunk_id: found
+            for chunk_id, versions in wanted.items()
+            if (
+                found := _nearest_one_by_one(
+                    tenant_id=tenant.pk, chunk_id=chunk_id, version_ids=versions, condition=condition, params=params
+                )
+            )
+        }
+        assert batched == one_by_one
+    assert {v for v, _ in batched.values()} == {version["4.2"]}
+    # Without a filter every old chunk goes to the newest release, and an unchanged section to its own copy.
+    unfiltered = chunks_nearest_in_versions(tenant=tenant, wanted=wanted)
+    assert {v for v, _ in unfiltered.values()} == {version["5.2"]}
+    newest = {c.text: c.pk for c in by_release["5.2/topics/guide"]}
+    unchanged = [c for c in by_release["3.2/topics/guide"] if c.text in newest]
+    assert unchanged and all(unfiltered[c.pk][1] == newest[c.text] for c in unchanged)
+
+
+def test_collapsing_several_results_costs_one_nearest_chunk_query(three_releases):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    question = "cache backends, sessions, sending email and signals"
+    kept = chunk_search(tenant=three_releases, query=question, k=10, options={"collapse": False}).results
+    old = [r for r in kept if not r.chunk.version.document.external_id.startswith("5.2/")]
+    assert len(old) >= 2
+    with CaptureQueriesContext(connection) as queries:
+        collapsed = chunk_search(tenant=three_releases, query=question, k=10).results
+    assert {r.chunk.version.document.external_id for r in collapsed} <= {"5.2/topics/guide", "howto/bike-tyre"}
+    nearest = [q for q in queries.captured_queries if "DISTINCT ON (w.chunk_id)" in q["sql"]]
+    assert len(nearest) == 1

@@ -45,6 +45,7 @@ RELEASE = ReadDocument(
 def fresh_signal_cache():
     """Each test sees its sources' current half-lives (the per-process cache is cleared)."""
     recency._signals.clear()
+    recency._feedback.clear()
 
 
 def days_ago(days: float) -> datetime:
@@ -332,3 +333,51 @@ def test_diversity_is_off_by_default_and_caps_compute_on_real_results(crowded):
 def test_the_signal_stages_use_the_run_as_of_date_as_the_reference(dated_corpus):
     run = run_for(dated_corpus, as_of=date(2020, 1, 1))
     assert recency.reference_time(run).date() == date(2020, 1, 1)
+
+
+# ---- recency: source feedback (off by default) ---------------------------------------------------
+
+
+def test_the_feedback_factor_damps_only_sources_rated_worse_than_the_tenant_and_within_the_weight():
+    factor, share = recency.feedback_factor(up=0, down=6, tenant_share=0.5, weight=1.0)
+    assert share == pytest.approx((6 + 5 * 0.5) / 11) and factor == pytest.approx(1 - (share - 0.5))
+    assert recency.feedback_factor(up=6, down=0, tenant_share=0.5, weight=1.0)[0] == 1.0
+    assert recency.feedback_factor(up=0, down=1000, tenant_share=0.0, weight=0.3)[0] == pytest.approx(0.7, abs=0.01)
+    assert recency.feedback_factor(up=0, down=6, tenant_share=0.5, weight=0.0)[0] == 1.0
+    # Two thumbs down are not a verdict: the tenant's share pulls a sparse source back.
+    assert recency.feedback_factor(up=0, down=2, tenant_share=0.5, weight=1.0)[0] > 0.85
+
+
+def test_negative_citation_feedback_damps_its_source_when_the_tenant_turns_it_on(tenant):
+    from retrieval.models import Feedback, Trace
+
+    wiki, forum = SourceFactory(tenant=tenant, name="wiki"), SourceFactory(tenant=tenant, name="forum")
+    documents_ingest(tenant=tenant, source=wiki, documents=[BIKE, PASTA])
+    documents_ingest(
+        tenant=tenant,
+        source=forum,
+        documents=[
+            replace(
+                BIKE,
+                external_id="forum/puncture",
+                text="Puncture repair: find the hole in the inner tube, patch it with glue and a rubber patch.",
+            )
+        ],
+    )
+    trace = Trace.objects.create(tenant=tenant, pipeline="simple", question="How do I fix a puncture?")
+    for n, (source, rating) in enumerate([(forum, -1)] * 6 + [(wiki, 1)] * 6, 1):
+        Feedback.objects.create(tenant=tenant, trace=trace, citation=n, source=source, rating=rating)
+    question = "patch the puncture in the inner tube"
+    default = pipeline_retrieve(tenant=tenant, query=question, k=5).results
+    assert all(r.components.get("recency", {}).get("feedback", 1.0) == 1.0 for r in default)
+
+    run = pipeline_retrieve(tenant=tenant, query=question, k=5, overrides={"source_feedback_weight": 1.0})
+    by_source = {r.chunk.version.document.source.name: r for r in run.results}
+    damped, trusted = by_source["forum"].components["recency"], by_source["wiki"].components["recency"]
+    assert damped["feedback_votes"] == [0, 6] and trusted["feedback_votes"] == [6, 0]
+    assert damped["feedback"] == pytest.approx(1 - ((6 + 2.5) / 11 - 0.5), abs=1e-3)
+    assert trusted["feedback"] == 1.0
+    assert by_source["forum"].score == pytest.approx(damped["relevance"] * damped["feedback"], rel=1e-3)
+    assert [r.score for r in run.results] == sorted((r.score for r in run.results), reverse=True)
+    with pytest.raises(InvalidInput, match="source_feedback_weight"):
+        pipeline_spec(tenant=tenant, overrides={"source_feedback_weight": 2})

@@ -12,7 +12,7 @@ result is then annotated with where its content also appears:
 With collapsing on (``run.options["collapse"]``; None = the tenant's
 ``collapse_near_duplicates``, default on), a result from a cluster member that is not the
 cluster's freshest is replaced by the freshest member's chunk nearest to it (cosine of
-embeddings), keeping its score and rank; a chunk already in the results is not repeated. So the
+embeddings; one query for all such results), keeping its score and rank; a chunk already in the results is not repeated. So the
 top k holds one copy of each page, the freshest, and ``update`` on it summarizes what changed
 from the copy it supersedes ("PostgreSQL 12 -> PostgreSQL 14"; None when the change is
 meaningless).
@@ -23,7 +23,7 @@ from __future__ import annotations
 from django.db import connection
 from django.db.models.base import ModelState
 
-from knowledge.dedup.selectors import Place, chunk_nearest_in_versions, duplicates_for_versions, tenant_has_duplicates
+from knowledge.dedup.selectors import Place, chunks_nearest_in_versions, duplicates_for_versions, tenant_has_duplicates
 from knowledge.models import Chunk, Document, DocumentVersion, Source
 from retrieval.stages.fuse import chunks_load
 
@@ -130,24 +130,23 @@ def rerank(run, results, *, k: int):
 
     replacements: dict[int, int] = {}  # result index -> chunk id of the freshest member
     if collapse:
-        condition, params = run.where.chunk_condition("c"), run.where.params()
-        for i, result in enumerate(results):
+        wanted: dict[int, list[int]] = {}  # result chunk id -> the fresher members' version ids, freshest first
+        for result in results:
             own = result.chunk.version_id
             cid = dups.cluster_of.get(own)
             if cid is None or freshest[cid].version_id == own:
                 continue
             own_key = next(p.freshness for p in dups.members[cid] if p.version_id == own)
-            fresher = [
+            wanted[result.chunk.pk] = [
                 p.version_id
                 for p in sorted(dups.members[cid], key=lambda p: p.freshness, reverse=True)
                 if p.freshness > own_key
             ]
-            # The freshest member the query may see (sources, versions, access rules).
-            found = chunk_nearest_in_versions(
-                tenant=tenant_id, chunk_id=result.chunk.pk, version_ids=fresher, condition=condition, params=params
-            )
-            if found is not None:
-                replacements[i] = found[1]
+        # The freshest member each result's query may see (sources, versions, access rules): one query.
+        found = chunks_nearest_in_versions(
+            tenant=tenant_id, wanted=wanted, condition=run.where.chunk_condition("c"), params=run.where.params()
+        )
+        replacements = {i: found[r.chunk.pk][1] for i, r in enumerate(results) if r.chunk.pk in found}
     loaded = chunks_load(tenant=run.tenant, chunk_ids=sorted(set(replacements.values()))) if replacements else {}
 
     kept, seen = [], set()

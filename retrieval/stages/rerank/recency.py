@@ -10,6 +10,7 @@ proceed. For each fused result::
     recency   = floor + (1 - floor) * decay              in [floor, 1]: old material is damped,
                                                          never erased
     quality   = reliability ** quality_weight            the source's reliability in [0, 1]
+                x feedback                               (when ``source_feedback_weight`` > 0)
     score     = fused score x recency x quality
 
 ``half_life`` is the source's ``half_life_days``, else the tenant's ``recency_half_life_days``
@@ -20,6 +21,18 @@ the ingestion time instead. Results are re-sorted by the new score (stable: equa
 the fused order, so undated, equally reliable corpora rank exactly as before), and a result whose
 score is below ``recency_threshold`` x the best fused score of the run is dropped. Every factor is
 in the result's ``components["recency"]``.
+
+Source feedback (off by default, ``source_feedback_weight`` = 0): users' thumbs on citations
+(``retrieval.models.Feedback``) give each source a negative share, smoothed towards the tenant's
+own share by ``FEEDBACK_PRIOR_VOTES`` pseudo-votes (a Bayesian average, so two thumbs down do not
+condemn a source)::
+
+    tenant    = down / (up + down) over all of the tenant's citation feedback
+    smoothed  = (down_s + m * tenant) / (up_s + down_s + m)
+    feedback  = 1 - source_feedback_weight * max(0, smoothed - tenant)     in [1 - weight, 1]
+
+Only a source rated worse than the tenant's average is damped, never boosted (like reliability,
+the factor is at most 1), and by at most ``source_feedback_weight``.
 """
 
 from __future__ import annotations
@@ -40,6 +53,10 @@ _ACTIVE = "_recency_active"
 # source's half-life or reliability reaches running processes within that time.
 SIGNALS_TTL_S = 30.0
 _signals: dict[int, tuple[float, bool]] = {}
+# Pseudo-votes at the tenant's negative share added to each source's feedback (see the docstring).
+FEEDBACK_PRIOR_VOTES = 5.0
+# Tenant id -> (read at, monotonic seconds; {source id: (up, down)}), kept like ``_signals``.
+_feedback: dict[int, tuple[float, dict[int, tuple[int, int]]]] = {}
 
 
 def _tenant_has_signals(run) -> bool:
@@ -77,7 +94,7 @@ def active(run) -> bool:
     spec = run.spec
     if getattr(spec, "recency", "off") != "on":
         return False
-    if spec.recency_half_life_days > 0 or spec.recency_threshold > 0:
+    if spec.recency_half_life_days > 0 or spec.recency_threshold > 0 or spec.source_feedback_weight > 0:
         return True
     return _tenant_has_signals(run)
 
@@ -107,6 +124,26 @@ def quality_factor(*, reliability: float | None, weight: float) -> float:
     if reliability is None:
         return 1.0
     return math.pow(max(0.0, min(1.0, reliability)), weight) if weight > 0 else 1.0
+
+
+def feedback_factor(*, up: int, down: int, tenant_share: float, weight: float) -> tuple[float, float]:
+    """``(factor, smoothed negative share)`` of a source with ``up``/``down`` citation feedback in a
+    tenant whose negative share is ``tenant_share`` (see the module docstring); factor in
+    [1 - weight, 1], 1.0 when ``weight`` is 0 or the source is rated no worse than the tenant."""
+    smoothed = (down + FEEDBACK_PRIOR_VOTES * tenant_share) / (up + down + FEEDBACK_PRIOR_VOTES)
+    return 1.0 - weight * max(0.0, smoothed - tenant_share), smoothed
+
+
+def _source_feedback(run) -> dict[int, tuple[int, int]]:
+    """The tenant's citation feedback per source (``source_feedback_counts``), read once per tenant
+    and process every ``SIGNALS_TTL_S`` seconds."""
+    from retrieval.feedback import source_feedback_counts
+
+    now = time.monotonic()
+    cached = _feedback.get(run.tenant.pk)
+    if cached is None or now - cached[0] >= SIGNALS_TTL_S:
+        cached = _feedback[run.tenant.pk] = (now, source_feedback_counts(tenant=run.tenant))
+    return cached[1]
 
 
 def _ingestion_times(results) -> dict[int, datetime]:
@@ -140,6 +177,9 @@ def rerank(run, results, *, k: int):
     best = max(r.score for r in results)
     before = [r.chunk.pk for r in results[:k]]
     ingested = _ingestion_times(results) if spec.recency_undated == "ingested" else {}
+    votes = _source_feedback(run) if spec.source_feedback_weight > 0 else {}
+    total_up, total_down = sum(u for u, _ in votes.values()), sum(d for _, d in votes.values())
+    tenant_share = total_down / (total_up + total_down) if votes else 0.0
     dated = damped = 0
     for result in results:
         version = result.chunk.version
@@ -149,6 +189,11 @@ def rerank(run, results, *, k: int):
         age = (now - when).total_seconds() / 86400 if when is not None else None
         recency = recency_factor(age_days=age, half_life_days=half_life, floor=spec.recency_floor)
         quality = quality_factor(reliability=source.reliability, weight=spec.quality_weight)
+        up, down = votes.get(source.pk, (0, 0))
+        feedback, negative_share = feedback_factor(
+            up=up, down=down, tenant_share=tenant_share, weight=spec.source_feedback_weight
+        )
+        quality *= feedback
         relevance = result.score
         result.score = relevance * recency * quality
         dated += when is not None
@@ -162,6 +207,9 @@ def rerank(run, results, *, k: int):
             "factor": round(recency, 4),
             "floor": spec.recency_floor,
             "reliability": source.reliability,
+            "feedback": round(feedback, 4),
+            "feedback_votes": [up, down],
+            "feedback_negative_share": round(negative_share, 4),
             "quality": round(quality, 4),
             "composite": round(result.score / best, 4) if best > 0 else 0.0,
         }
