@@ -2,7 +2,7 @@
 figures for a user without a profile, and hybrid latency with the ``personal`` stage on and off.
 
 Usage: python benchmarks/personalization.py [--datasets rag4p hotpotqa bioasq] [--rounds 3] [--grid]
-                                            [--keep]
+                                            [--keep] [--dev-only]
 
 1. Who-asks judgment set. Django 5.2's docs (downloaded once with pip, as ``manage.py demo``
    does) hold a how-to guide and a reference page for the same tasks. ``PAIRS`` are 12
@@ -14,9 +14,12 @@ Usage: python benchmarks/personalization.py [--datasets rag4p hotpotqa bioasq] [
    question is the page of the asker's kind. hit@1 (document of the top chunk) is reported per
    asker with ``personalize`` off and on, hybrid search, k = 10. ``--grid`` also evaluates
    band x boost settings.
-2. Shared dev figures: each dataset's judgments (``benchmarks/retrieval_quality.py`` tenants) run
-   through ``pipeline_retrieve`` as nobody and as a member without a profile, personalize on:
-   the rankings (chunk ids and scores) must be identical, so ndcg@10/recall@10/hit@1 are too.
+2. Shared dev figures (alone with ``--dev-only``): each dataset's judgments
+   (``benchmarks/retrieval_quality.py`` tenants) run through ``pipeline_retrieve`` as nobody, as a
+   member without a profile with personalize off and on (the rankings, chunk ids and scores, must
+   be identical, so ndcg@10/recall@10/mrr@10/hit@1 are too), and for the record as a member with a
+   profile (preferring the dataset's source) and a history (thumbs-up on the top citation of the
+   first ``HISTORY_N`` questions), off and on.
 3. Latency: hybrid ``pipeline_retrieve`` p50/p95 for ``ref-reader`` with personalize off and
    on, interleaved, ``rounds`` passes over the 12 questions after a warm-up pass.
 
@@ -198,14 +201,76 @@ def latency(tenant, user, *, rounds: int) -> dict:
     return result
 
 
+# Who asks the shared dev sets: (label, user key, personalize). ``nobody`` is an anonymous run (the
+# personal stage has no user); ``no-profile`` a member who never set a profile or gave feedback;
+# ``with-profile`` a member with a profile preferring the dataset's source and a history of
+# thumbs-up on the top citation of the first ``HISTORY_N`` questions.
+DEV_ASKERS = [
+    ("nobody", None, True),
+    ("no_profile_off", "no-profile", False),
+    ("no_profile_on", "no-profile", True),
+    ("with_profile_off", "with-profile", False),
+    ("with_profile_on", "with-profile", True),
+]
+HISTORY_N = 10
+
+
+def _dev_users(tenant, name: str, judgments) -> dict:
+    """The dataset tenant's two members, made afresh: one without a profile, one with a profile and history."""
+    from django.contrib.auth import get_user_model
+
+    from knowledge.models import Source
+    from knowledge.services import membership_create
+    from people.services import profile_update
+    from retrieval.config import MAX_QUERY_CHARS
+    from retrieval.feedback import feedback_give
+    from retrieval.models import Trace
+    from retrieval.pipeline import pipeline_answer
+
+    users = {}
+    Trace.objects.for_tenant(tenant).delete()  # earlier runs' history (cascades to feedback, opens)
+    for key in ("no-profile", "with-profile"):
+        username = f"bench-{name}-{key}"
+        get_user_model().objects.filter(username=username).delete()
+        users[key] = membership_create(tenant=tenant, username=username, password="bench-pass-123", role="member")
+    source = Source.objects.for_tenant(tenant).get()
+    profile_update(
+        user=users["with-profile"],
+        tenant=tenant,
+        title="Research analyst",
+        team="Evidence review",
+        expertise="expert",
+        language="en",
+        preferred_sources=[source.name],
+        about="I read the primary sources and want precise, cited answers.",
+    )
+    rated = 0
+    for judgment in judgments[:HISTORY_N]:
+        run = pipeline_answer(
+            tenant=tenant,
+            question=judgment.question[:MAX_QUERY_CHARS],
+            user=users["with-profile"],
+            use_llm=False,
+            trace=True,
+            k=5,
+            strategy="top_n",
+        )
+        if run.trace_id and run.answer.citations:
+            feedback_give(tenant=tenant, user=users["with-profile"], trace_id=run.trace_id, rating="up", citation=1)
+            rated += 1
+    log(f"{name}: with-profile user rated up the top citation of {rated} answers")
+    return users
+
+
 def shared_dev(names: list[str], *, keep: bool, datasets_dir: Path) -> dict:
-    """Each dataset's hybrid rankings as nobody and as a member without a profile (personalize
-    on), judged exactly as ``quality.services.evaluation_run`` judges them."""
+    """Each dataset's hybrid rankings (k = 100) for the askers of ``DEV_ASKERS``, judged exactly as
+    ``quality.services.evaluation_run`` judges them: per asker the mean ndcg@10, recall@10, mrr@10
+    and hit@1, and how many queries' rankings (chunk ids and scores) equal personalize-off's."""
     import retrieval_quality
+    from django.test import override_settings
     from retrieval_quality import tenant_for
 
-    from knowledge.models import Membership, Tenant
-    from knowledge.services import membership_create
+    from knowledge.models import Tenant
     from quality.importers import dataset_load
     from quality.metrics import query_metrics
     from quality.models import Judgment
@@ -224,32 +289,40 @@ def shared_dev(names: list[str], *, keep: bool, datasets_dir: Path) -> dict:
         dataset = dataset_load(name=name, paths=paths[name])
         tenant, judgment_list, _ = tenant_for(dataset, name=name)
         try:
-            username = f"bench-{name}-member"
-            membership = Membership.objects.for_tenant(tenant).filter(user__username=username).first()
-            user = membership.user if membership else None
-            user = user or membership_create(tenant=tenant, username=username, password="bench-pass-123", role="member")
-            duplicates = _duplicate_documents(tenant)
-            sums: dict[str, dict[str, float]] = {"nobody": {}, "member": {}}
-            identical = 0
             judgments = list(Judgment.objects.filter(judgment_list=judgment_list).order_by("pk"))
+            with override_settings(KB_TRACING=True):
+                users = _dev_users(tenant, name, judgments)
+            duplicates = _duplicate_documents(tenant)
+            sums: dict[str, dict[str, float]] = {label: {} for label, _u, _p in DEV_ASKERS}
+            same = {"no_profile_on_vs_off": 0, "no_profile_on_vs_nobody": 0, "with_profile_on_vs_off": 0}
             for judgment in judgments:
                 rankings = {}
-                for label, who in (("nobody", None), ("member", user)):
+                for label, who, personalize in DEV_ASKERS:
                     run = pipeline_retrieve(
-                        tenant=tenant, query=judgment.question[:MAX_QUERY_CHARS], k=100, user=who, use_llm=False
+                        tenant=tenant,
+                        query=judgment.question[:MAX_QUERY_CHARS],
+                        k=100,
+                        user=users.get(who),
+                        use_llm=False,
+                        options={"personalize": personalize},
                     )
                     rankings[label] = [(r.chunk.pk, r.score) for r in run.results]
                     ranking, grades, _top = _judged_ranking(run.results, judgment.relevant, duplicates)
                     for metric, value in query_metrics(ranking, grades).items():
                         sums[label][metric] = sums[label].get(metric, 0.0) + value
-                identical += rankings["nobody"] == rankings["member"]
+                same["no_profile_on_vs_off"] += rankings["no_profile_on"] == rankings["no_profile_off"]
+                same["no_profile_on_vs_nobody"] += rankings["no_profile_on"] == rankings["nobody"]
+                same["with_profile_on_vs_off"] += rankings["with_profile_on"] == rankings["with_profile_off"]
+            figures = {
+                label: {m: round(v / len(judgments), 4) for m, v in totals.items() if m in KEPT}
+                for label, totals in sums.items()
+            }
             out[name] = {
                 "queries": len(judgments),
-                "identical_rankings": identical,
-                **{
-                    label: {m: round(v / len(judgments), 4) for m, v in totals.items() if m in KEPT}
-                    for label, totals in sums.items()
-                },
+                "identical_rankings": same,
+                "no_profile_identical": figures["no_profile_on"] == figures["no_profile_off"] == figures["nobody"],
+                "with_profile_history_questions": HISTORY_N,
+                **figures,
             }
             log(f"{name}: {json.dumps(out[name])}")
         finally:
@@ -270,6 +343,11 @@ def main() -> None:
     parser.add_argument("--grid", action="store_true", help="also evaluate band x boost settings")
     parser.add_argument("--keep", action="store_true", help="keep the dataset tenants for the next run")
     parser.add_argument(
+        "--dev-only",
+        action="store_true",
+        help="only the shared dev sets (no who-asks set, no latency): the identity check",
+    )
+    parser.add_argument(
         "--datasets-dir",
         type=Path,
         default=ROOT.parent / "shared" / "datasets",
@@ -279,6 +357,10 @@ def main() -> None:
 
     from retrieval.pipeline import PipelineSpec
 
+    if args.dev_only:
+        result = {"shared_dev": shared_dev(args.datasets, keep=args.keep, datasets_dir=args.datasets_dir)}
+        print(json.dumps(result, indent=2))
+        return
     tenant, users = bench_tenant()
     askers_prepare(tenant, users)
     defaults = PipelineSpec()
@@ -304,7 +386,7 @@ def main() -> None:
             log(json.dumps(result["grid"][-1]))
     result["latency_hybrid"] = latency(tenant, users["ref-reader"], rounds=args.rounds)
     log(json.dumps(result["latency_hybrid"]))
-    result["shared_dev_without_profile"] = shared_dev(args.datasets, keep=args.keep, datasets_dir=args.datasets_dir)
+    result["shared_dev"] = shared_dev(args.datasets, keep=args.keep, datasets_dir=args.datasets_dir)
     print(json.dumps(result, indent=2))
 
 

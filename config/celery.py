@@ -19,7 +19,7 @@ app = Celery("knowledge_base")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
-# Tasks run as the tables' owner (row-level security bypassed, core.rls): they take ids like commands do.
+# Tasks start as the tables' owner (core.rls) and bind the tenant of the object they work on.
 rls_celery_connect()
 
 app.conf.beat_schedule = {

@@ -57,6 +57,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "axes",
     "csp",
+    "django_htmx",  # htmx for the portal, shipped as a static file (no front-end build)
     "knowledge",
     "retrieval",
     "quality",
@@ -76,6 +77,7 @@ MIDDLEWARE = [
     # the tenant the view resolves (core.rls, docs/rls.md).
     "core.rls.RowLevelSecurityMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",  # request.htmx: the portal answers htmx with fragments
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "portal.csp.ContentSecurityPolicyMiddleware",
     # Last, as django-axes asks: it turns a locked-out login into the lockout page.

@@ -9,8 +9,9 @@ filter then returns no rows instead of another tenant's. See ``docs/rls.md``.
 
 Scopes (one ``ContextVar``, so they follow the code path, not the connection):
 
-- no scope (migrations, management commands, Celery workers, the embedded server's setup,
-  tests' own setup): the session role (the tables' owner) runs every statement. This is the
+- no scope (migrations, management commands, the embedded server's setup, tests' own setup):
+  the session role (the tables' owner) runs every statement. Celery tasks start in the bypass
+  and bind their object's tenant with ``tenant_context`` (``rls_celery_connect``). This is the
   documented bypass, as is ``rls_bypass()`` inside a scope (explicitly marked code paths only:
   resolving a request's tenant from the user's memberships, DDL, superuser admin).
 - ``tenant_context(tenant_id)``: statements run as ``kb_app`` with ``app.tenant_id`` set.
@@ -244,6 +245,15 @@ def _streamed_in(scope: RlsScope, content):
 
 # ---- Celery ---------------------------------------------------------------------------------
 
+
+def tenant_id_of(model, pk: int) -> int | None:
+    """The ``tenant_id`` of ``model``'s row ``pk``, read as the owner (``rls_bypass``), or ``None``
+    when the row is gone: how a task that takes an id finds the tenant to bind with
+    ``tenant_context`` before it touches that tenant's data."""
+    with rls_bypass():
+        return model._default_manager.filter(pk=pk).values_list("tenant_id", flat=True).first()
+
+
 _task_tokens: dict[str, contextvars.Token] = {}
 
 
@@ -258,9 +268,12 @@ def _task_postrun(task_id=None, **kwargs) -> None:
 
 
 def rls_celery_connect() -> None:
-    """Run every Celery task in ``rls_bypass()``: tasks take ids and are trusted system code, like
-    management commands; one run eagerly inside a request (no broker) must not inherit the
-    request's scope. A task that works for one tenant may narrow with ``tenant_context``."""
+    """Start every Celery task in ``rls_bypass()``: a task run eagerly inside a request (no broker)
+    must not inherit the request's scope, and a task first has to read which tenant its id
+    belongs to (``tenant_id_of``). Every task that works for one tenant then binds it with
+    ``tenant_context`` (ingestion jobs, near-duplicates, the quality gate, judgment generation
+    and evaluation); only genuinely cross-tenant tasks stay in the bypass (lease recovery,
+    trace retention): ``docs/rls.md``."""
     from celery.signals import task_postrun, task_prerun
 
     task_prerun.connect(_task_prerun, weak=False, dispatch_uid="kb_rls_task_prerun")

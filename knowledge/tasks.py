@@ -1,4 +1,10 @@
-"""Celery tasks of the knowledge app: thin wrappers that take ids and call a service."""
+"""Celery tasks of the knowledge app: thin wrappers that take ids and call a service.
+
+Row-level security: a task starts as the owner (``core.rls.rls_celery_connect``), reads its
+object's tenant and runs the service inside ``tenant_context`` of that tenant, so even a service
+that forgot its tenant filter touches no other tenant's rows. ``ingestion_jobs_recover_task``
+spans tenants and stays in the bypass (``docs/rls.md``).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,8 @@ import os
 from celery import Task, shared_task
 from django.conf import settings
 
+from core.rls import tenant_context, tenant_id_of
+from knowledge.models import IngestionJob
 from knowledge.services import (
     TRANSIENT_ERRORS,
     IngestionJobBusy,
@@ -21,8 +29,10 @@ class IngestionJobTask(Task):
 
     def on_failure(self, exc, task_id, args, kwargs, einfo):
         job_id = args[0] if args else kwargs.get("job_id")
-        if job_id is not None:
-            ingestion_job_fail(job_id=job_id, message=f"The job gave up after {self.request.retries} retries.")
+        tenant_id = None if job_id is None else tenant_id_of(IngestionJob, job_id)
+        if tenant_id is not None:
+            with tenant_context(tenant_id):
+                ingestion_job_fail(job_id=job_id, message=f"The job gave up after {self.request.retries} retries.")
 
 
 @shared_task(
@@ -47,8 +57,12 @@ def ingestion_job_task(self, job_id: int) -> str:
     job running under another worker's live lease is retried when that lease would run out
     (and taken over then if that worker died). Bad input is recorded on the job, not retried.
     """
+    tenant_id = tenant_id_of(IngestionJob, job_id)
+    if tenant_id is None:
+        return "missing"
     try:
-        job = ingestion_job_run(job_id=job_id, worker_id=f"{self.request.hostname or 'worker'}/{os.getpid()}")
+        with tenant_context(tenant_id):
+            job = ingestion_job_run(job_id=job_id, worker_id=f"{self.request.hostname or 'worker'}/{os.getpid()}")
     except IngestionJobBusy as busy:
         raise self.retry(countdown=busy.retry_in, exc=busy) from busy
     return job.status if job is not None else "missing"
@@ -56,7 +70,10 @@ def ingestion_job_task(self, job_id: int) -> str:
 
 @shared_task(time_limit=300)
 def ingestion_jobs_recover_task() -> list[int]:
-    """Re-queue ingestion jobs whose worker died (lease ran out); runs under Celery beat."""
+    """Re-queue ingestion jobs whose worker died (lease ran out); runs under Celery beat.
+
+    Spans every tenant's jobs, so it runs as the owner (the task's ``rls_bypass``); it only
+    moves expired jobs back to pending, and each job then runs in its own tenant's context."""
     return ingestion_jobs_recover()
 
 
@@ -66,7 +83,8 @@ def near_duplicates_task(tenant_id: int) -> dict:
     (``knowledge.dedup.services.near_duplicates_refresh``); queued after each ingestion."""
     from knowledge.dedup.services import near_duplicates_refresh
 
-    return near_duplicates_refresh(tenant_id=tenant_id)
+    with tenant_context(tenant_id):
+        return near_duplicates_refresh(tenant_id=tenant_id)
 
 
 @shared_task(acks_late=True, autoretry_for=TRANSIENT_ERRORS, max_retries=3, retry_backoff=True, time_limit=3600)
@@ -75,10 +93,15 @@ def enrichment_task(tenant_id: int) -> dict:
     with an LLM: ``knowledge.enrichment.services.chunks_enrich``); queued after each ingestion."""
     from knowledge.enrichment.services import chunks_enrich
 
-    return chunks_enrich(tenant_id=tenant_id)
+    with tenant_context(tenant_id):
+        return chunks_enrich(tenant_id=tenant_id)
+
+
+@shared_task(acks_late=True, autoretry_for=TRANSIENT_ERRORS, max_retries=3, retry_backoff=True, time_limit=3600)
 def summaries_task(tenant_id: int) -> dict:
     """Write the missing per-document summaries of tenant ``tenant_id``
     (``knowledge.summaries.services.summaries_refresh``); queued after each ingestion."""
     from knowledge.summaries.services import summaries_refresh
 
-    return summaries_refresh(tenant_id=tenant_id)
+    with tenant_context(tenant_id):
+        return summaries_refresh(tenant_id=tenant_id)

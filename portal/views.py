@@ -3,24 +3,32 @@
 Every view runs for a signed-in user and resolves the user's tenant first; a user without a
 membership gets a 403 page. Document text is only ever escaped (Django autoescape, or
 ``escape``/``format_html`` per segment when citations are linked).
+
+HTMX (django-htmx's ``request.htmx``, ``docs/portal.md``): a request made by htmx (``HX-Request``)
+gets the fragment it swaps in (feedback form, profile form, conversation turns, version diff); any
+other request gets the full page, so every form and link also works without JavaScript. Responses
+that differ by ``HX-Request`` say so in ``Vary``.
 """
 
 from __future__ import annotations
 
 import re
 from functools import wraps
+from urllib.parse import quote
 
 from django import forms
 from django.conf import global_settings
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, JsonResponse, StreamingHttpResponse
+from django.http import Http404, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
+from django.utils.cache import patch_vary_headers
 from django.utils.html import escape, format_html
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django_htmx.http import HttpResponseClientRedirect
 
 from core.errors import ApplicationError, NotFound, PermissionDenied
 from knowledge.memberships import membership_choose, membership_for_request, tenant_for_request
@@ -32,7 +40,7 @@ from knowledge.selectors import (
 from knowledge.versions import version_diff
 from people.models import Profile
 from people.services import profile_get, profile_update
-from retrieval.conversations import conversation_ask
+from retrieval.conversations import conversation_ask, conversation_delete
 from retrieval.feedback import MAX_COMMENT_CHARS, feedback_give
 from retrieval.history import citation_open as history_citation_open
 from retrieval.pipeline import PIPELINE_NAMES
@@ -42,6 +50,8 @@ from retrieval.streaming import CONTENT_TYPE, HEADERS, answer_events
 # Same pattern as the one the generate stage writes citations with: "[n]".
 _CITATION = re.compile(r"\[(\d{1,3})\]")
 _VERSION_NUMBER = re.compile(r"[1-9][0-9]{0,8}")
+# Pages of one tenant's objects: after a tenant switch, land on the ask page instead.
+_TENANT_PAGE = re.compile(r"/(documents/|conversations/\d|\?conversation)")
 
 
 class AskForm(forms.Form):
@@ -96,17 +106,42 @@ class ProfileForm(forms.Form):
 
 def tenant_required(view):
     """Sign-in required; the view receives the tenant chosen in the session (the user's first by
-    slug until they switch: ``knowledge.memberships``) after ``request``, or a 403 page."""
+    slug until they switch: ``knowledge.memberships``) after ``request``, or a 403 page.
+
+    An htmx request of a signed-out user (session expired) is sent to the sign-in page as a whole
+    page (``HX-Redirect``), not swapped into a fragment; a 403 for htmx is a one-line alert.
+    """
 
     @wraps(view)
     def wrapper(request, *args, **kwargs):
         try:
             tenant = tenant_for_request(request, pick_first=True)
         except PermissionDenied as exc:
+            if getattr(request, "htmx", False):
+                return HttpResponse(format_html('<p class="errorlist" role="alert">{}</p>', exc.message), status=403)
             return render(request, "portal/forbidden.html", {"message": exc.message}, status=403)
         return view(request, tenant, *args, **kwargs)
 
-    return login_required(wrapper)
+    signed_in = login_required(wrapper)
+
+    @wraps(view)
+    def guard(request, *args, **kwargs):
+        if getattr(request, "htmx", False) and not request.user.is_authenticated:
+            back = request.htmx.current_url_abs_path or reverse("portal:ask")
+            return HttpResponseClientRedirect(f"{reverse('portal:login')}?next={quote(back)}")
+        return signed_in(request, *args, **kwargs)
+
+    return guard
+
+
+def partial_or_page(request, *, fragment: str, page: str, context: dict, status: int = 200):
+    """``fragment`` for an htmx request (not a history restore), else the full ``page``; the
+    response varies on ``HX-Request`` (a cache must not hand the fragment to a page load)."""
+    htmx = getattr(request, "htmx", None)
+    partial = bool(htmx) and not htmx.history_restore_request
+    response = render(request, fragment if partial else page, context, status=status)
+    patch_vary_headers(response, ["HX-Request"])
+    return response
 
 
 @require_POST
@@ -124,8 +159,10 @@ def tenant_switch(request):
         target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
     )
     # A conversation, document or answer belongs to the tenant just left: land on a neutral page.
-    if not safe or not target.startswith("/") or target.startswith(("/documents/", "/?conversation")):
+    if not safe or not target.startswith("/") or _TENANT_PAGE.match(target):
         target = reverse("portal:ask")
+    if getattr(request, "htmx", False):  # the whole page depends on the tenant: load it anew
+        return HttpResponseClientRedirect(target)
     return redirect(target)
 
 
@@ -221,12 +258,43 @@ def thread_context(tenant, user, answer: dict) -> dict | None:
 @require_GET
 @tenant_required
 def conversations(request, tenant):
-    """The user's conversations, most recent first (the first 100), each opening on the ask page."""
+    """The user's conversations, most recent first (the first 100); each unfolds its questions in
+    place (htmx loads ``conversation_detail``'s fragment) and continues on the ask page."""
     return render(
         request,
         "portal/conversations.html",
         {"conversations": list(conversation_list(tenant=tenant, user=request.user)[:100])},
     )
+
+
+@require_GET
+@tenant_required
+def conversation_detail(request, tenant, conversation_id: int):
+    """One of the user's conversations: its questions and answers (the fragment
+    ``portal/_conversation_turns.html`` for htmx, a page otherwise). 404 if it is not theirs."""
+    try:
+        conversation = conversation_get(tenant=tenant, user=request.user, conversation_id=conversation_id)
+    except NotFound as exc:
+        raise Http404(exc.message) from exc
+    context = {"conversation": conversation, "turns": list(conversation.turns.all())}
+    return partial_or_page(
+        request, fragment="portal/_conversation_turns.html", page="portal/conversation.html", context=context
+    )
+
+
+@require_POST
+@tenant_required
+def conversation_remove(request, tenant, conversation_id: int):
+    """Delete one of the user's conversations (``retrieval.conversations.conversation_delete``):
+    an empty fragment for htmx (its list item is swapped out), else back to the list. 404 if it
+    is not theirs."""
+    try:
+        conversation_delete(tenant=tenant, user=request.user, conversation_id=conversation_id)
+    except NotFound as exc:
+        raise Http404(exc.message) from exc
+    if getattr(request, "htmx", False):
+        return HttpResponse("")
+    return redirect("portal:conversations")
 
 
 def answer_context(answer: dict, *, thread: dict | None = None, can_participate: bool = True) -> dict:
@@ -303,14 +371,19 @@ def citation_open(request, tenant, trace_id: int, n: int):
 def feedback(request, tenant):
     """Thumbs up or down (and a comment) on an answer or one citation (``retrieval.feedback``).
 
-    The answer's forms post here; the page's script asks for JSON (``{"message"}``, or an
-    ``error`` with status 400/404), a plain form post gets a thank-you page.
+    The answer's forms post here with htmx and get their own form back
+    (``portal/_feedback_form.html``: the rating pressed and a status line, or the error with
+    status 400/404); a plain form post gets a thank-you (or error) page.
     """
-    wants_json = "application/json" in request.headers.get("Accept", "")
     form = FeedbackForm(request.POST)
+    state = {
+        "trace_id": form.data.get("trace", ""),
+        "n": form.data.get("citation") or None,
+        "comment": form.data.get("comment", ""),
+    }
     if not form.is_valid():
         message = "; ".join(f"{field}: {' '.join(errors)}" for field, errors in form.errors.items())
-        return _feedback_reply(request, wants_json, message, status=400)
+        return _feedback_reply(request, state, message, status=400)
     data = form.cleaned_data
     try:
         feedback_give(
@@ -322,17 +395,18 @@ def feedback(request, tenant):
             comment=data["comment"],
         )
     except NotFound:
-        return _feedback_reply(request, wants_json, "That answer is no longer on record.", status=404)
+        return _feedback_reply(request, state, "That answer is no longer on record.", status=404)
     except ApplicationError as exc:
-        return _feedback_reply(request, wants_json, exc.message, status=400)
-    return _feedback_reply(request, wants_json, "Thanks for your feedback.", status=200)
+        return _feedback_reply(request, state, exc.message, status=400)
+    state["rating"] = data["rating"]
+    return _feedback_reply(request, state, "Thanks for your feedback.", status=200)
 
 
-def _feedback_reply(request, wants_json: bool, message: str, *, status: int):
-    if wants_json:
-        body = {"message": message} if status == 200 else {"error": {"message": message}}
-        return JsonResponse(body, status=status)
-    return render(request, "portal/feedback.html", {"message": message}, status=status)
+def _feedback_reply(request, state: dict, message: str, *, status: int):
+    context = {**state, "message": message, "error": status != 200}
+    return partial_or_page(
+        request, fragment="portal/_feedback_form.html", page="portal/feedback.html", context=context, status=status
+    )
 
 
 @require_http_methods(["GET", "POST"])
@@ -364,7 +438,12 @@ def profile(request, tenant):
                 "about": current.about,
             },
         )
-    return render(request, "portal/profile.html", {"form": form, "saved": saved, "tenant": tenant})
+    return partial_or_page(
+        request,
+        fragment="portal/_profile_form.html",
+        page="portal/profile.html",
+        context={"form": form, "saved": saved, "tenant": tenant},
+    )
 
 
 @require_GET
@@ -381,6 +460,9 @@ def sources(request, tenant):
 @require_GET
 @tenant_required
 def document_detail(request, tenant, document_id: int):
+    """A document's version (``?version=<n>``, the current one by default) chunk by chunk, its
+    versions, and with ``?diff=<m>`` a word diff between the two (the fragment
+    ``portal/_diff.html`` for htmx)."""
     try:
         document = document_get(tenant=tenant, document_id=document_id, user=request.user)
     except NotFound as exc:
@@ -397,11 +479,10 @@ def document_detail(request, tenant, document_id: int):
             raise Http404("No such version to compare with.")
         old, new = sorted((other.number, version.number))
         diff = version_diff(tenant=tenant, document_id=document.pk, old=old, new=new)
-    return render(
-        request,
-        "portal/document.html",
-        {"document": document, "versions": versions, "version": version, "chunks": list(chunks), "diff": diff},
-    )
+    context = {"document": document, "versions": versions, "version": version, "chunks": list(chunks), "diff": diff}
+    if diff is not None:  # htmx asks for the diff only (the version links' hx-get)
+        return partial_or_page(request, fragment="portal/_diff.html", page="portal/document.html", context=context)
+    return render(request, "portal/document.html", context)
 
 
 def _chosen_version(versions: list, number: str):

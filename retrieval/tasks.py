@@ -10,5 +10,8 @@ from retrieval.tracing import traces_prune
 
 @shared_task(time_limit=600, soft_time_limit=570)
 def traces_prune_task() -> int:
-    """Delete traces older than ``KB_TRACE_RETENTION_DAYS``; returns how many. Run daily by beat."""
+    """Delete traces older than ``KB_TRACE_RETENTION_DAYS``; returns how many. Run daily by beat.
+
+    A retention sweep over every tenant: it runs as the owner (the task's ``rls_bypass``,
+    ``core.rls.rls_celery_connect``), the documented cross-tenant exception (``docs/rls.md``)."""
     return traces_prune(older_than_days=settings.KB_TRACE_RETENTION_DAYS)

@@ -107,6 +107,8 @@ def test_the_answer_streams_in_step_by_step_then_shows_its_citation_links(
 def test_a_member_asks_gives_feedback_follows_up_and_opens_a_citation(
     transactional_db, live_server, pasta, member, browser
 ):
+    """The whole flow with htmx: feedback on the answer and on a citation swaps its form in place,
+    a follow-up continues the conversation, the conversations page unfolds it, a citation opens."""
     from retrieval.models import Conversation, Feedback
 
     page = browser.new_page()
@@ -117,14 +119,26 @@ def test_a_member_asks_gives_feedback_follows_up_and_opens_a_citation(
     page.click("#ask-form button[type=submit]")
     expect(area.locator(".answer a.cite").first).to_have_text("[1]", timeout=30_000)
 
-    # Feedback on the answer, posted in the background by the page's script.
+    # Feedback on the answer: htmx posts the form and swaps in the server's reply, no page load.
     answer_form = area.locator("form.feedback").last
     answer_form.locator("input[name=comment]").fill("Clear and short")
-    answer_form.locator("button[value=up]").click()
+    answer_form.get_by_role("button", name="Helpful", exact=True).click()
+    answer_form = area.locator("form.feedback").last  # the swapped-in form
     expect(answer_form.locator(".feedback-status")).to_have_text("Thanks for your feedback.")
+    expect(answer_form.get_by_role("button", name="Helpful", exact=True)).to_have_attribute("aria-pressed", "true")
+    expect(answer_form.locator("input[name=comment]")).to_have_value("Clear and short")
     assert page.url == live_server.url + reverse("portal:ask")
     feedback = db_read(lambda: Feedback.objects.values_list("rating", "comment", "citation").get())
     assert feedback == (1, "Clear and short", None)
+
+    # On citation [1], from the keyboard: focus its "not useful" button and press Enter.
+    cited = area.locator("ol.citations li").first.locator("form.feedback")
+    cited.get_by_role("button", name="[1] was not useful").focus()
+    page.keyboard.press("Enter")
+    cited = area.locator("ol.citations li").first.locator("form.feedback")
+    expect(cited.locator(".feedback-status")).to_have_text("Thanks for your feedback.")
+    expect(cited.get_by_role("button", name="[1] was not useful")).to_have_attribute("aria-pressed", "true")
+    assert db_read(lambda: Feedback.objects.filter(citation=1).values_list("rating", flat=True).get()) == -1
 
     # A follow-up continues the conversation: the first question shows above the new answer.
     page.fill("textarea[name=question]", "And what should I keep before draining it?")
@@ -139,3 +153,46 @@ def test_a_member_asks_gives_feedback_follows_up_and_opens_a_citation(
     area.locator(".answer a.cite").first.click()
     page.wait_for_url(re.compile(rf".*/documents/{pasta.pk}/\?version=1#chunk-\d+"))
     expect(page.locator(".chunk:target")).to_have_count(1)
+
+    # The conversations page: the conversation unfolds its two questions in place (htmx).
+    page.goto(live_server.url + reverse("portal:conversations"))
+    page.locator("ol.conversations summary").first.click()
+    turns = page.locator("ol.conversations .turn-question")
+    expect(turns).to_have_text(["How long should spaghetti cook?", "And what should I keep before draining it?"])
+    assert page.url == live_server.url + reverse("portal:conversations")
+
+    # Continuing it from there: the ask page shows the thread, and the next question joins it.
+    page.get_by_role("link", name="Continue", exact=True).first.click()
+    expect(area.locator(".thread .turn-question")).to_have_count(2)
+    page.fill("textarea[name=question]", "How much salt goes in the water?")
+    page.click("#ask-form button[type=submit]")
+    expect(area.locator(".answer")).to_be_visible(timeout=30_000)
+    expect(area.locator(".thread .turn-question")).to_have_count(2)  # the earlier two, above the answer
+    assert db_read(lambda: Conversation.objects.get().turns.count()) == 3
+
+
+def test_a_member_saves_the_profile_and_compares_two_versions_in_place(
+    transactional_db, live_server, versioned, member, browser
+):
+    from knowledge.models import Document
+    from people.models import Profile
+
+    page = browser.new_page()
+    sign_in(page, live_server.url, member)
+
+    page.goto(live_server.url + reverse("portal:profile"))
+    page.get_by_label("Team").fill("Platform")
+    page.get_by_label("Expertise").select_option("expert")
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator(".profile-status")).to_have_text("Your profile is saved.")
+    assert page.url == live_server.url + reverse("portal:profile")  # swapped in, no page load
+    profile = db_read(lambda: Profile.objects.values_list("team", "expertise").get())
+    assert profile == ("Platform", "expert")
+
+    document = db_read(lambda: Document.objects.get(external_id="ref/databases"))
+    page.goto(live_server.url + reverse("portal:document", args=[document.pk]))
+    page.get_by_role("link", name="diff with v2").click()
+    expect(page.locator("#diff h2")).to_contain_text("Changes from v1 to v2")
+    expect(page.locator("#diff ins").first).to_be_visible()
+    page.wait_for_url(re.compile(r".*\?version=2&diff=1$"))  # the address can be shared
+    expect(page.locator("h1")).to_have_text(document.title)  # the rest of the page stayed

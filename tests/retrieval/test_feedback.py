@@ -1,5 +1,7 @@
 """Feedback on answers and citations: the service, the API, the portal forms, the admin and trends."""
 
+import re
+
 import pytest
 from django.contrib.auth.models import Permission
 from django.urls import reverse
@@ -136,18 +138,24 @@ def test_the_portals_answer_offers_feedback_on_the_answer_and_each_citation(clie
     page = client.post(reverse("portal:ask"), {"question": QUESTION}).content.decode()
     assert page.count('class="feedback"') >= 2  # the answer's form and at least one citation's
     assert 'name="citation" value="1"' in page
-    assert "portal/feedback.js" in page
+    assert 'hx-post="/feedback/"' in page  # htmx posts them in place
+    assert "django_htmx/htmx-2.min.js" in page
 
 
-def test_the_portal_stores_feedback_posted_by_the_page_script(client, answered, member):
+def test_an_htmx_feedback_post_gets_its_form_back_with_the_rating_pressed(client, answered, member):
     client.force_login(member)
     response = client.post(
         reverse("portal:feedback"),
         {"trace": answered.trace_id, "rating": "down", "comment": "Missing the salt step"},
-        HTTP_ACCEPT="application/json",
+        HTTP_HX_REQUEST="true",
     )
     assert response.status_code == 200
-    assert response.json() == {"message": "Thanks for your feedback."}
+    html = response.content.decode()
+    assert html.lstrip().startswith("<form") and "<html" not in html  # the fragment htmx swaps in
+    assert f'id="feedback-{answered.trace_id}-answer"' in html
+    assert re.search(r'value="down"[^>]*aria-pressed="true"', html)
+    assert "Thanks for your feedback." in html and 'value="Missing the salt step"' in html
+    assert "HX-Request" in response["Vary"]
     assert Feedback.objects.get().comment == "Missing the salt step"
 
 
@@ -163,10 +171,12 @@ def test_the_portal_refuses_feedback_on_a_citation_the_answer_lacks(client, answ
     response = client.post(
         reverse("portal:feedback"),
         {"trace": answered.trace_id, "rating": "up", "citation": 42},
-        HTTP_ACCEPT="application/json",
+        HTTP_HX_REQUEST="true",
     )
-    assert response.status_code == 400
-    assert "no citation [42]" in response.json()["error"]["message"]
+    assert response.status_code == 400  # htmx swaps it in too (responseHandling in base.html)
+    assert "no citation [42]" in response.content.decode()
+    assert 'class="feedback-status muted errorlist"' in response.content.decode()
+    assert not Feedback.objects.exists()
 
 
 # --- admin -------------------------------------------------------------------------------------

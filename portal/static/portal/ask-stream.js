@@ -1,8 +1,10 @@
 // The ask form, streamed: with JavaScript on, the question goes to the portal's streaming endpoint
 // (data-stream-url, Server-Sent Events over a fetch POST) and the page shows each step of the
 // pipeline and the answer's text as they arrive, then swaps in the server-rendered answer (the
-// same portal/_answer.html fragment the plain page renders). Anything unexpected (an error
-// status, not an event stream, no fetch streaming) falls back to the plain form POST.
+// same portal/_answer.html fragment the plain page renders), handing its feedback forms to htmx.
+// Anything unexpected (an error status, not an event stream, no fetch streaming) falls back to
+// the plain form POST. Why not htmx here: htmx swaps whole responses, and its SSE extension
+// listens with EventSource, which can only GET; a question is a POST with its CSRF token.
 (function () {
   "use strict";
   var form = document.getElementById("ask-form");
@@ -67,6 +69,7 @@
       view.status.textContent = "Writing the answer…";
     } else if (event === "answer") {
       area.innerHTML = data.html;  // server-rendered, escaped like the plain page
+      if (window.htmx) window.htmx.process(area);  // its feedback forms post with htmx
       var conversation = form.querySelector("input[name=conversation]");
       if (conversation && data.conversation_id) conversation.value = data.conversation_id;  // follow-ups continue it
       var question = form.querySelector("textarea[name=question]");
