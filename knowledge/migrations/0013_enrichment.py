@@ -88,7 +88,7 @@ RLS = "SELECT kb_rls_enable();"
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("knowledge", "0011_row_level_security"),
+        ("knowledge", "0012_bm25_bounds"),
     ]
 
     operations = [

@@ -12,7 +12,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("knowledge", "0011_row_level_security"),
+        ("knowledge", "0013_enrichment"),
     ]
 
     operations = [

@@ -21,7 +21,7 @@ def reclassify(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("knowledge", "0011_row_level_security"),
+        ("knowledge", "0014_summaries"),
     ]
 
     operations = [
