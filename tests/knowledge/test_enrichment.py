@@ -224,3 +224,18 @@ def test_deleting_a_document_through_the_api_under_row_level_security_keeps_the_
 
     assert not EnrichmentPosting.objects.filter(chunk_id=bike.pk).exists()
     statistics_are_exact(corpus)
+
+
+def test_the_chunk_admin_page_shows_the_chunk_s_keyphrases_questions_and_method(client, corpus, admin_member):
+    from django.contrib.auth.models import Permission
+    from django.urls import reverse
+
+    admin_member.user_permissions.set(Permission.objects.filter(content_type__app_label="knowledge"))
+    client.force_login(admin_member)
+    chunks_enrich(tenant_id=corpus.pk, llm=ScriptedLLM(structured_reply={"questions": ["Why patch a tube?"]}))
+    chunk = Chunk.objects.for_tenant(corpus).get(version__document__external_id=BIKE.external_id)
+
+    page = client.get(reverse("admin:knowledge_chunk_change", args=[chunk.pk])).content.decode()
+
+    assert ChunkEnrichment.objects.get(chunk=chunk).keyphrases[0] in page
+    assert "Why patch a tube?" in page and "yake+llm:scripted" in page
