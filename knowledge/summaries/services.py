@@ -72,9 +72,16 @@ def summaries_enqueue(*, tenant: Tenant, report=None) -> bool:
     """Queue ``knowledge.tasks.summaries_task`` for ``tenant`` once the current transaction commits.
 
     Only when the tenant's ``summaries`` setting is not ``off`` and ``report`` (an
-    ``IngestReport``; ``None``: always) stored a new version. Returns whether it queued.
+    ``IngestReport``; ``None``: always) stored a new version. Returns whether it queued. A bad
+    stored setting is logged and queues nothing: the ingestion it follows has already stored
+    its documents and must not report a failure (the quality gate refuses such a value anyway).
     """
-    if summaries_setting(tenant) == "off":
+    try:
+        method = summaries_setting(tenant)
+    except InvalidInput as exc:
+        logger.warning("Tenant %s: no summaries queued: %s", tenant.slug, exc.message)
+        return False
+    if method == "off":
         return False
     if report is not None and not any(o.status in ("created", "updated") for o in report.outcomes):
         return False

@@ -137,6 +137,16 @@ def test_a_bad_summaries_setting_is_a_clear_error(tenant):
         pipeline_spec(tenant=tenant, overrides={"summaries": "auto", "include_summaries": "yes"})
 
 
+def test_a_bad_stored_summaries_setting_never_fails_the_ingestion_it_follows(
+    tenant, source, django_capture_on_commit_callbacks
+):
+    tenant.retrieval_config = {"summaries": "sometimes"}
+    tenant.save()
+    with django_capture_on_commit_callbacks(execute=True):
+        report = ingest(tenant, source, PASTA)
+    assert report.counts()["created"] == 1 and summaries_of(tenant) == []
+
+
 def test_the_summarize_command_summarizes_an_existing_tenant(sentence_corpus, capsys):
     call_command("summarize", sentence_corpus.slug, "--method", "extractive")
     assert '"created": 3' in capsys.readouterr().out

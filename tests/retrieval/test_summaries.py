@@ -138,3 +138,23 @@ def test_evaluation_ranks_a_summary_as_its_document_and_never_as_a_judged_passag
     ranking, grades, top = _judged_ranking(results, [{"document": "recipes/pasta", "text": sentence, "grade": 1}], {})
     assert ranking[0].startswith("chunk:") and ranking[1] == "text:0"  # the body sentence, not the summary
     assert top[0] == "recipes/pasta#summary"
+
+
+def test_a_restricted_documents_summary_never_reaches_an_outsider_with_or_without_summaries(summarized, member):
+    from knowledge.access import access_rule_grant
+    from knowledge.models import Document
+    from tests.factories import MembershipFactory
+
+    insider = MembershipFactory(tenant=summarized).user
+    pasta = Document.objects.for_tenant(summarized).get(external_id="recipes/pasta")
+    access_rule_grant(tenant=summarized, document=pasta, user=insider)
+    for switch in (None, False):
+        for mode in ("lexical", "dense", "hybrid"):
+            results = chunk_search(
+                tenant=summarized, query="zanzibar kitchen guide", mode=mode, user=member, options={"summaries": switch}
+            ).results
+            assert "recipes/pasta" not in {r.as_dict()["document"] for r in results}
+            if switch is False:
+                assert set(kinds(results)) <= {"body"}
+    seen = chunk_search(tenant=summarized, query="zanzibar", mode="lexical", user=insider).results
+    assert kinds(seen)[0] == "summary"
