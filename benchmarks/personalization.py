@@ -18,8 +18,8 @@ Usage: python benchmarks/personalization.py [--datasets rag4p hotpotqa bioasq] [
    (``benchmarks/retrieval_quality.py`` tenants) run through ``pipeline_retrieve`` as nobody, as a
    member without a profile with personalize off and on (the rankings, chunk ids and scores, must
    be identical, so ndcg@10/recall@10/mrr@10/hit@1 are too), and for the record as a member with a
-   profile (preferring the dataset's source) and a history (thumbs-up on the top citation of the
-   first ``HISTORY_N`` questions), off and on.
+   profile and a history (thumbs-up on the top citation of the first ``HISTORY_N`` questions),
+   off and on.
 3. Latency: hybrid ``pipeline_retrieve`` p50/p95 for ``ref-reader`` with personalize off and
    on, interleaved, ``rounds`` passes over the 12 questions after a warm-up pass.
 
@@ -203,8 +203,9 @@ def latency(tenant, user, *, rounds: int) -> dict:
 
 # Who asks the shared dev sets: (label, user key, personalize). ``nobody`` is an anonymous run (the
 # personal stage has no user); ``no-profile`` a member who never set a profile or gave feedback;
-# ``with-profile`` a member with a profile preferring the dataset's source and a history of
-# thumbs-up on the top citation of the first ``HISTORY_N`` questions.
+# ``with-profile`` a member with a profile (title, team, expertise, language, about; no source
+# preference, see ``_dev_users``) and a history of thumbs-up on the top citation of the first
+# ``HISTORY_N`` questions.
 DEV_ASKERS = [
     ("nobody", None, True),
     ("no_profile_off", "no-profile", False),
@@ -219,7 +220,6 @@ def _dev_users(tenant, name: str, judgments) -> dict:
     """The dataset tenant's two members, made afresh: one without a profile, one with a profile and history."""
     from django.contrib.auth import get_user_model
 
-    from knowledge.models import Source
     from knowledge.services import membership_create
     from people.services import profile_update
     from retrieval.config import MAX_QUERY_CHARS
@@ -233,7 +233,8 @@ def _dev_users(tenant, name: str, judgments) -> dict:
         username = f"bench-{name}-{key}"
         get_user_model().objects.filter(username=username).delete()
         users[key] = membership_create(tenant=tenant, username=username, password="bench-pass-123", role="member")
-    source = Source.objects.for_tenant(tenant).get()
+    # No preferred source: a dev set is one source, and preferring it would give every result the
+    # same factor (1 + boost = the cap), so the history below could not move anything.
     profile_update(
         user=users["with-profile"],
         tenant=tenant,
@@ -241,7 +242,6 @@ def _dev_users(tenant, name: str, judgments) -> dict:
         team="Evidence review",
         expertise="expert",
         language="en",
-        preferred_sources=[source.name],
         about="I read the primary sources and want precise, cited answers.",
     )
     rated = 0

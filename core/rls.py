@@ -166,6 +166,8 @@ def rls_execute(execute, sql, params, many, context):
     if scope is None and applied == SESSION_DEFAULTS:
         return execute(sql, params, many, context)
     if not rls_enabled():
+        if applied != SESSION_DEFAULTS and not connection.get_autocommit():
+            _apply(connection, SESSION_DEFAULTS)  # switched off mid-transaction (tests): drop what was applied
         return execute(sql, params, many, context)
     wanted = SESSION_DEFAULTS if scope is None else scope.settings()
     if not connection.get_autocommit():

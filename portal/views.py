@@ -4,7 +4,7 @@ Every view runs for a signed-in user and resolves the user's tenant first; a use
 membership gets a 403 page. Document text is only ever escaped (Django autoescape, or
 ``escape``/``format_html`` per segment when citations are linked).
 
-HTMX (django-htmx's ``request.htmx``, ``docs/portal.md``): a request made by htmx (``HX-Request``)
+HTMX (django-htmx's ``request.htmx``, ``docs/people.md``): a request made by htmx (``HX-Request``)
 gets the fragment it swaps in (feedback form, profile form, conversation turns, version diff); any
 other request gets the full page, so every form and link also works without JavaScript. Responses
 that differ by ``HX-Request`` say so in ``Vary``.
