@@ -28,6 +28,7 @@ Prints one JSON object and writes ``benchmarks/results/scale.json``.
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
@@ -167,7 +168,11 @@ def corpus_section(args, corpus: str, questions, qvectors, save) -> dict:
 
     sentences = _corpus.base_sentences(args.base_sentences if corpus == "harsh" else None)
     vectors = _corpus.base_vectors(sentences)
-    section: dict = {"base_sentences": len(sentences)}
+    section: dict = {
+        "base_sentences": len(sentences),
+        "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "load_average_1min_at_start": round(os.getloadavg()[0], 1),
+    }
     tenant, load = _corpus.tenant_of_size(
         corpus_slug(corpus, args.chunks), args.chunks, sentences=sentences, vectors=vectors, seed=SEED, index=None
     )
@@ -240,7 +245,8 @@ def main() -> None:
         "embedder_backend": getattr(settings, "KB_EMBEDDER_BACKEND", "torch"),
         "queries": len(questions),
         "goal_hybrid_p50_ms_max": 15,
-        "corpora": {},
+        # A corpus not measured in this run keeps its figures from the previous file.
+        "corpora": {name: figures for name, figures in earlier.get("corpora", {}).items() if name not in corpora},
         # Figures of earlier designs, carried over from the previous file (docs/scale.md cites them).
         **{key: value for key, value in earlier.items() if key.startswith("earlier_")},
     }

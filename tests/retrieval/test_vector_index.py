@@ -71,7 +71,7 @@ def _vectors(questions):
 def _plan_of_last_dense_query(captured) -> str:
     """EXPLAIN of the dense query ``vector_search`` actually ran (its SQL with the values bound)."""
     queries = [q["sql"] for q in captured.captured_queries]
-    settings = [q for q in queries if "set_config" in q][-1]
+    settings = [q for q in queries if "hnsw.ef_search" in q][-1]
     statement = [q for q in queries if "ORDER BY" in q][-1]
     with connection.cursor() as cursor:
         cursor.execute(settings)  # the same transaction-local settings (the test's transaction)
@@ -115,6 +115,16 @@ def test_dense_search_on_the_tenant_index_returns_the_exact_scans_top_10(vasa):
         exact = vector_search(where=where, embedder="local", vector=vector, limit=10, plan="exact")
         assert [chunk for chunk, _ in indexed] == [chunk for chunk, _ in exact]
         assert [score for _, score in indexed] == pytest.approx([score for _, score in exact], abs=1e-5)
+
+
+def test_a_dense_search_inside_a_transaction_leaves_later_statements_free_to_sort(vasa):
+    # The test runs inside a transaction, as a request under ATOMIC_REQUESTS does.
+    first, _ = vasa
+    vector = _vectors(["Who built the Vasa?"])[0]
+    vector_search(where=RetrievalFilter.for_tenant(first), embedder="local", vector=vector, limit=10)
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW enable_sort")
+        assert cursor.fetchone()[0] == "on"
 
 
 def test_another_tenants_identical_chunks_never_appear(vasa):

@@ -52,6 +52,11 @@ def vector_search(
     """
     if plan not in PLANS:
         raise ValueError(f"Unknown dense plan {plan!r}; use one of {', '.join(PLANS)}.")
+    # Inside a caller's transaction (ATOMIC_REQUESTS, a benchmark's rolled-back block) the
+    # settings below would outlive this search: enable_sort = off then turned later statements'
+    # sorts into nested loops (the access scope query took seconds, benchmarks/access_latency.py).
+    # So enable_sort is restored afterwards there; the hnsw.* settings only affect vector searches.
+    outer = connection.in_atomic_block
     with transaction.atomic(), connection.cursor() as cursor:
         # One round trip: the search settings (transaction-local) and whether the tenant index exists.
         # enable_sort = off: the planner's cost model ignores that reading each row's embedding
@@ -59,18 +64,22 @@ def vector_search(
         # index for tenants of a few thousand chunks, 6x slower (87 vs 13 ms at 5k chunks,
         # benchmarks/multi_tenant.py). The exact plan has no alternative to its sort, so keeps it.
         cursor.execute(
-            "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true),"
+            "WITH before AS MATERIALIZED (SELECT current_setting('enable_sort') AS enable_sort)"
+            " SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true),"
             " set_config('enable_sort', 'off', true),"
             " set_config('hnsw.ef_search', %s, true),"
             " EXISTS (SELECT 1 FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid"
-            "         WHERE c.relname = %s AND i.indisvalid)",
+            "         WHERE c.relname = %s AND i.indisvalid),"
+            " before.enable_sort FROM before",
             [str(max(int(ef_search), int(limit))), vector_index_name(embedder, where.tenant_id)],
         )
-        indexed = cursor.fetchone()[3]
+        _, _, _, indexed, enable_sort = cursor.fetchone()
         chosen = "exact" if plan == "exact" or (plan == "auto" and not indexed) else "hnsw"
         statement, params = vector_search_sql(where=where, embedder=embedder, vector=vector, limit=limit, plan=chosen)
         cursor.execute(statement, params)
         rows = cursor.fetchall()
+        if outer:
+            cursor.execute("SELECT set_config('enable_sort', %s, true)", [enable_sort])
     # relaxed_order may return slightly out-of-order rows; restore exact order.
     return sorted(((row[0], float(row[1])) for row in rows), key=lambda pair: -pair[1])
 
