@@ -210,6 +210,9 @@ KB_ENRICHMENT_QUESTIONS = env_int("KB_ENRICHMENT_QUESTIONS", 3, minimum=0)
 # Celery task) as one summary chunk per version; "auto" uses the LLM when one is configured, else
 # the extractive summary. A tenant may override it with retrieval_config["summaries"].
 KB_SUMMARIES = env_choice("KB_SUMMARIES", "off", ["off", "auto", "extractive", "llm"])
+# Hybrid search runs the dense retriever's SQL on a worker thread's own connection while BM25
+# runs (retrieval.stages.retrieve.candidates); false keeps every statement on the caller's.
+KB_CONCURRENT_RETRIEVERS = env_bool("KB_CONCURRENT_RETRIEVERS", True)
 KB_FUSION = env_choice("KB_FUSION", "weighted", ["rrf", "weighted", "tm2c2", "dbsf"])
 # The answer pipeline a tenant uses unless its retrieval_config or the request names another.
 KB_PIPELINE = env_choice(

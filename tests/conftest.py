@@ -58,6 +58,17 @@ DATABASES_2025 = replace(
 )
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _retriever_workers_closed_before_the_test_database_goes(django_db_setup, django_db_blocker):
+    """Hybrid search keeps a connection per retriever worker thread; the test database can only be
+    dropped once they are closed."""
+    yield
+    from retrieval.stages.retrieve.candidates import retriever_workers_close
+
+    with django_db_blocker.unblock():
+        retriever_workers_close()
+
+
 @pytest.fixture
 def tenant(db):
     return TenantFactory()

@@ -76,6 +76,50 @@ def test_embedding_the_query_during_the_lexical_search_finds_the_same_candidates
     assert "overlap_ms" not in sequential_ms
 
 
+@pytest.mark.django_db(transaction=True)
+def test_outside_a_transaction_the_dense_side_runs_on_its_own_connection_with_the_same_candidates(
+    corpus, other_tenant_corpus
+):
+    from django.db import connection
+
+    from core.rls import tenant_context
+    from retrieval.config import SearchConfig
+    from retrieval.stages.retrieve.candidates import candidates_retrieve
+    from retrieval.stages.retrieve.filters import RetrievalFilter
+    from retrieval.types import QueryPlan
+
+    plan = QueryPlan.from_question("how do I patch a bicycle tyre puncture?")
+    where = RetrievalFilter.for_tenant(corpus)
+    kwargs = {"where": where, "embedder": corpus.embedder, "mode": "hybrid", "config": SearchConfig(), "limit": 10}
+    assert not connection.in_atomic_block
+    with tenant_context(corpus.pk):
+        concurrent, concurrent_ms = candidates_retrieve(plan, concurrent=True, **kwargs)
+        sequential, _ = candidates_retrieve(plan, concurrent=False, **kwargs)
+
+    assert "dense_wait_ms" in concurrent_ms and "overlap_ms" in concurrent_ms
+    assert concurrent.lists["dense"]
+    for name, ranking in sequential.lists.items():
+        assert [item for item, _ in concurrent.lists[name]] == [item for item, _ in ranking]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_dense_sides_worker_runs_under_the_callers_row_level_security_scope(corpus, other_tenant_corpus):
+    from core.rls import tenant_context
+    from retrieval.config import SearchConfig
+    from retrieval.stages.retrieve.candidates import candidates_retrieve
+    from retrieval.stages.retrieve.filters import RetrievalFilter
+    from retrieval.types import QueryPlan
+
+    plan = QueryPlan.from_question("how do I patch a bicycle tyre puncture?")
+    where = RetrievalFilter.for_tenant(corpus)  # a query that names the wrong tenant ...
+    with tenant_context(other_tenant_corpus.pk):  # ... inside the other tenant's scope
+        candidates, timings = candidates_retrieve(
+            plan, where=where, embedder=corpus.embedder, mode="hybrid", config=SearchConfig(), limit=10
+        )
+    assert "dense_wait_ms" in timings
+    assert candidates.lists == {"lexical": [], "dense": []}
+
+
 def test_search_results_with_their_document_and_source_are_fetched_in_one_query(corpus, django_assert_num_queries):
     from retrieval.config import SearchConfig
     from retrieval.stages.fuse import candidates_fuse, results_fetch

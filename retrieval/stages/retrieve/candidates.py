@@ -6,19 +6,30 @@ lexemes), else ``plan.lexical_query``, in the body's BM25 plus, with a tenant's
 passed its own (HyDE), else the embedding of ``plan.dense_text``. Both apply the same
 ``RetrievalFilter``.
 
-In hybrid mode the query embedding runs in a worker thread while the calling thread runs the
-BM25 SQL: the model's forward pass (torch or ONNX Runtime) releases the GIL, and PostgreSQL
-scores in its own process, so the two overlap. All database work stays on the calling thread,
-whose Django connection (and open transaction, if any) both retrievers then share.
+In hybrid mode the dense side (the query embedding, then the vector SQL) runs in a worker
+thread while the calling thread runs the BM25 SQL: the model's forward pass (torch or ONNX
+Runtime) releases the GIL, and PostgreSQL scores each query in its own backend process, so the
+two retrievers overlap and hybrid costs about the slower of them instead of their sum
+(``benchmarks/scale.py``). The worker uses its own Django connection (connections are
+per thread), kept open between searches, with the caller's row-level-security scope
+(``core.rls``: a copied ``contextvars`` context, so the worker's statements bind the same tenant).
+
+A second connection cannot see a transaction the caller has not committed, so inside an atomic
+block (``connection.in_atomic_block``: tests, a caller's rolled-back benchmark block) only the
+embedding runs in the worker and the vector SQL stays on the caller's connection.
+``KB_CONCURRENT_RETRIEVERS=false`` keeps all SQL on the calling thread everywhere.
 """
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
+from django.conf import settings
+from django.db import connection
 
 from knowledge.embedders import get_embedder
 from retrieval.config import SearchConfig
@@ -41,6 +52,32 @@ def _embed_executor() -> ThreadPoolExecutor:
         if _executor is None:
             _executor = ThreadPoolExecutor(max_workers=_EMBED_WORKERS, thread_name_prefix="kb-query-embed")
         return _executor
+
+
+def retriever_workers_close() -> None:
+    """Close the worker threads' database connections (the dense side's; see the module docstring).
+
+    For test teardown and shutdown hooks: a connection is closed by the thread that opened it, so
+    one task per worker is submitted, held at a barrier until every worker has one. Idempotent;
+    a no-op when no worker was started.
+    """
+    with _executor_lock:
+        executor = _executor
+    if executor is None:
+        return
+    barrier = threading.Barrier(_EMBED_WORKERS, timeout=10)
+
+    def close() -> None:
+        from django.db import connections
+
+        try:
+            barrier.wait()
+        except threading.BrokenBarrierError:
+            pass  # fewer threads answered in time: close this one's anyway
+        connections.close_all()
+
+    for future in [executor.submit(close) for _ in range(_EMBED_WORKERS)]:
+        future.result()
 
 
 def query_embed(*, embedder: str, text: str) -> tuple[np.ndarray, float]:
@@ -70,6 +107,32 @@ def _lexical(plan: QueryPlan, *, where: RetrievalFilter, config: SearchConfig, l
     return fields_combine(body, field, weight=config.enrichment_weight, limit=limit)
 
 
+def _dense(
+    plan: QueryPlan, *, vector, where: RetrievalFilter, embedder: str, config: SearchConfig, limit: int
+) -> tuple[list, dict[str, float]]:
+    """The dense side: embed ``plan.dense_text`` unless ``vector`` is given, then the vector SQL.
+    Returns ``(ranking, timings)`` with ``dense_ms`` and, when it embedded, ``embed_ms``."""
+    timings: dict[str, float] = {}
+    if vector is None:
+        vector, timings["embed_ms"] = query_embed(embedder=embedder, text=plan.dense_text)
+    started = time.perf_counter()
+    ranking = vector_search(
+        where=where, embedder=embedder, vector=vector, limit=limit, ef_search=max(config.ef_search, limit)
+    )
+    timings["dense_ms"] = (time.perf_counter() - started) * 1000
+    return ranking, timings
+
+
+def _dense_on_worker(*args, **kwargs) -> tuple[list, dict[str, float]]:
+    """``_dense`` on a worker thread's own connection; a connection broken by an error is
+    replaced before the next search (the worker keeps its connection between searches)."""
+    from django.db import connection as worker_connection
+
+    if worker_connection.connection is not None and worker_connection.errors_occurred:
+        worker_connection.close_if_unusable_or_obsolete()
+    return _dense(*args, **kwargs)
+
+
 def candidates_retrieve(
     plan: QueryPlan,
     *,
@@ -82,26 +145,35 @@ def candidates_retrieve(
 ) -> tuple[CandidateLists, dict[str, float]]:
     """Each retriever's top ``limit`` candidates for ``plan`` and the time each took (ms).
 
-    ``mode`` is hybrid (both), lexical or dense. In hybrid mode, when the plan carries no
-    vector, the query is embedded in a worker thread while this thread runs the BM25 query
-    (``concurrent=False`` runs them one after the other; the candidates are the same).
+    ``mode`` is hybrid (both), lexical or dense. In hybrid mode the dense side (embedding and
+    vector SQL; inside an atomic block the embedding only) runs in a worker thread while this
+    thread runs the BM25 query (module docstring); ``concurrent=False`` runs them one after the
+    other. The candidates are the same either way.
 
     Timings (ms): ``lexical_ms`` (BM25 SQL), ``embed_ms`` (the embedding itself, absent when the
-    plan carries a vector), ``dense_ms`` (vector SQL); when the embedding overlapped the BM25
-    query also ``embed_wait_ms`` (how long this thread still waited for the vector after BM25)
-    and ``overlap_ms`` (``lexical_ms + embed_ms`` minus the wall time of the two together: the
-    time saved). The dense side searches with HNSW ``ef_search`` at least ``limit``, so its
+    plan carries a vector), ``dense_ms`` (vector SQL); when the two sides overlapped also
+    ``overlap_ms`` (the sides' times summed minus the wall time of the two together: the time
+    saved) and how long this thread still waited after BM25: ``dense_wait_ms`` (the whole dense
+    side on the worker) or ``embed_wait_ms`` (the embedding only). The dense side searches with HNSW ``ef_search`` at least ``limit``, so its
     candidate depth never exceeds the graph search's beam.
     """
     lists: dict = {}
     details: dict = {}
     timings: dict[str, float] = {}
     vector = plan.dense_vector
-    pending: Future | None = None
+    pending: Future | None = None  # the embedding alone, or the whole dense side (dense_on_worker)
     overlap_started = time.perf_counter()
     wants_dense = mode in ("hybrid", "dense")
-    if wants_dense and vector is None and mode == "hybrid" and concurrent:
-        get_embedder(embedder)  # load the model (first use) here, so errors surface on this thread
+    overlap = wants_dense and mode == "hybrid" and concurrent
+    dense_on_worker = overlap and settings.KB_CONCURRENT_RETRIEVERS and not connection.in_atomic_block
+    dense_args = {"where": where, "embedder": embedder, "config": config, "limit": limit}
+    if dense_on_worker:
+        if vector is None:
+            get_embedder(embedder)  # load the model (first use) here, so errors surface on this thread
+        context = contextvars.copy_context()  # the caller's row-level-security scope
+        pending = _embed_executor().submit(context.run, _dense_on_worker, plan, vector=vector, **dense_args)
+    elif overlap and vector is None:
+        get_embedder(embedder)
         pending = _embed_executor().submit(query_embed, embedder=embedder, text=plan.dense_text)
     if mode in ("hybrid", "lexical"):
         started = time.perf_counter()
@@ -116,16 +188,18 @@ def candidates_retrieve(
         timings["lexical_ms"] = (time.perf_counter() - started) * 1000
     if pending is not None:
         waited = time.perf_counter()
-        vector, timings["embed_ms"] = pending.result()
-        timings["embed_wait_ms"] = (time.perf_counter() - waited) * 1000
+        if dense_on_worker:
+            lists["dense"], dense_timings = pending.result()
+            timings.update(dense_timings)
+            timings["dense_wait_ms"] = (time.perf_counter() - waited) * 1000
+            side = timings.get("embed_ms", 0.0) + timings["dense_ms"]
+        else:
+            vector, timings["embed_ms"] = pending.result()
+            timings["embed_wait_ms"] = (time.perf_counter() - waited) * 1000
+            side = timings["embed_ms"]
         together = (time.perf_counter() - overlap_started) * 1000
-        timings["overlap_ms"] = max(0.0, timings["lexical_ms"] + timings["embed_ms"] - together)
-    if wants_dense:
-        if vector is None:
-            vector, timings["embed_ms"] = query_embed(embedder=embedder, text=plan.dense_text)
-        started = time.perf_counter()
-        lists["dense"] = vector_search(
-            where=where, embedder=embedder, vector=vector, limit=limit, ef_search=max(config.ef_search, limit)
-        )
-        timings["dense_ms"] = (time.perf_counter() - started) * 1000
+        timings["overlap_ms"] = max(0.0, timings["lexical_ms"] + side - together)
+    if wants_dense and "dense" not in lists:
+        lists["dense"], dense_timings = _dense(plan, vector=vector, **dense_args)
+        timings.update(dense_timings)
     return CandidateLists(lists=lists, details=details), timings
