@@ -6,8 +6,9 @@ Usage: python benchmarks/access_latency.py [--tenant demo] [--restricted 0.2] [-
 On the tenant, inside one transaction that is rolled back at the end (the tenant is left as it
 was): a fraction ``--restricted`` of its documents (every n-th) get a rule granting them to a
 group, and two members are added: ``outside`` (in no group: the restricted documents are hidden
-from them, so both retrievers carry the access condition) and ``inside`` (in the group: the
-condition runs and hides nothing). The 20 questions of ``search_latency.py`` are searched
+from them, so both retrievers carry the access condition; they also have a profile that prefers
+one source and mutes another, so the personalization stage runs for them, unless
+``--no-profile``) and ``inside`` (in the group: the condition runs and hides nothing). The 20 questions of ``search_latency.py`` are searched
 ``--rounds`` times with no user (no rules at all: today's path), as ``outside`` and as ``inside``,
 taking turns on each question (in a rotating order) so background load weighs on all alike; the query embedding is
 cached after the warm-up so the comparison is the SQL's. Prints one JSON object with p50/p95 per
@@ -44,6 +45,12 @@ def main() -> None:
     parser.add_argument("--restricted", type=float, default=0.2, help="share of documents restricted to a group")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("-k", type=int, default=10)
+    parser.add_argument(
+        "--no-profile",
+        dest="profile",
+        action="store_false",
+        help="leave `outside` without a profile (by default they have one, so personalization runs too)",
+    )
     args = parser.parse_args()
     if args.chunks:
         from _corpus import base_sentences, base_vectors, tenant_of_size
@@ -67,6 +74,24 @@ def main() -> None:
                 users[name] = get_user_model().objects.create_user(username=f"acl-bench-{name}")
                 Membership.objects.create(user=users[name], tenant=tenant, role=Membership.Role.MEMBER)
             group = access_group_save(tenant=tenant, name="acl-bench", members=[users["inside"]])
+            if args.profile:
+                # Issue 9's case: access rules and personalization on, for a user with a profile.
+                from knowledge.models import Source
+                from people.services import profile_update
+
+                sources = list(Source.objects.for_tenant(tenant).order_by("pk").values_list("name", flat=True))
+                preferred, muted = sources[:1], (sources[-1:] if len(sources) > 1 else [])
+                profile_update(
+                    user=users["outside"],
+                    tenant=tenant,
+                    title="Backend developer",
+                    team="platform",
+                    expertise="intermediate",
+                    about="I build and run our Django services.",
+                    preferred_sources=preferred,
+                    muted_sources=muted,
+                )
+                output["outside_profile"] = {"preferred": preferred, "muted": muted}
             AccessRule.objects.bulk_create(AccessRule(tenant=tenant, document_id=pk, group=group) for pk in restricted)
             output["documents"], output["restricted_documents"] = len(documents), len(restricted)
             hidden = set(restricted)
