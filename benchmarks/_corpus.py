@@ -306,8 +306,10 @@ def searchers(tenant, *, k: int = 10, candidates: int = 100) -> dict:
     ``dense`` (the product's dense retriever, plan chosen as in production), ``dense_exact`` and
     ``dense_hnsw`` (plans forced; ``dense_hnsw`` uses the shared per-embedder index when the
     tenant has none: the design before per-tenant indexes), ``lexical`` (BM25 retriever, MaxScore
-    top-k chosen as in production), ``lexical_exhaustive`` (every posting scored) and ``hybrid`` (both retrievers, fusion and the result rows' fetch: the search API's work after
-    the query embedding).
+    top-k chosen as in production), ``lexical_exhaustive`` (every posting scored), ``hybrid`` (both retrievers, the dense one on a
+    worker thread's connection while BM25 runs, then fusion and the result rows' fetch: the search
+    API's work after the query embedding) and ``hybrid_sequential`` (the same, one retriever after
+    the other).
     """
     from dataclasses import replace
 
@@ -338,12 +340,21 @@ def searchers(tenant, *, k: int = 10, candidates: int = 100) -> dict:
     def lexical_exhaustive(question, vector):
         bm25_search(where=where, query=question, limit=candidates, k1=config.bm25_k1, b=config.bm25_b, prune=False)
 
-    def hybrid(question, vector):
-        plan = replace(QueryPlan.from_question(question), dense_vector=[float(x) for x in vector])
-        lists, _ = candidates_retrieve(
-            plan, where=where, embedder=tenant.embedder, mode="hybrid", config=config, limit=candidates
-        )
-        results_fetch(tenant=tenant, ranking=candidates_fuse(lists, config), candidates=lists, k=k)
+    def hybrid_with(*, concurrent: bool):
+        def hybrid(question, vector):
+            plan = replace(QueryPlan.from_question(question), dense_vector=[float(x) for x in vector])
+            lists, _ = candidates_retrieve(
+                plan,
+                where=where,
+                embedder=tenant.embedder,
+                mode="hybrid",
+                config=config,
+                limit=candidates,
+                concurrent=concurrent,
+            )
+            results_fetch(tenant=tenant, ranking=candidates_fuse(lists, config), candidates=lists, k=k)
+
+        return hybrid
 
     return {
         "dense": dense("auto"),
@@ -351,7 +362,9 @@ def searchers(tenant, *, k: int = 10, candidates: int = 100) -> dict:
         "dense_hnsw": dense("hnsw"),
         "lexical": lexical,
         "lexical_exhaustive": lexical_exhaustive,
-        "hybrid": hybrid,
+        "hybrid": hybrid_with(concurrent=True),
+        # The two retrievers one after the other on this thread (before the dense side ran on a worker).
+        "hybrid_sequential": hybrid_with(concurrent=False),
     }
 
 

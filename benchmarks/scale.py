@@ -183,7 +183,10 @@ def corpus_section(args, corpus: str, questions, qvectors, save) -> dict:
     save()
     runs = _corpus.searchers(tenant)
     section["search"] = _corpus.time_interleaved(
-        {name: runs[name] for name in ("hybrid", "lexical", "lexical_exhaustive", "dense", "dense_exact")},
+        {
+            name: runs[name]
+            for name in ("hybrid", "hybrid_sequential", "lexical", "lexical_exhaustive", "dense", "dense_exact")
+        },
         questions,
         qvectors,
         rounds=args.rounds,
