@@ -71,19 +71,27 @@ def field_text(keyphrases: list[str], questions: list[str]) -> str:
 class EnrichmentPosting(models.Model):
     """One lexeme of one chunk's enrichment field: the field's inverted index (BM25).
 
-    The primary key (tenant, lexeme, chunk) is the index a query walks per lexeme;
-    ``field_length`` copies ``ChunkEnrichment.term_count``. Removed with its enrichment row
-    (foreign key ``ON DELETE CASCADE``, created by the migration).
+    The primary key (tenant, lexeme, chunk) is the index a query walks per lexeme; it INCLUDEs
+    tf, field_length and is_current (migration 0016), so default scoring reads the index alone
+    and never joins the chunk table. ``field_length`` copies ``ChunkEnrichment.term_count``;
+    ``is_current`` copies ``Chunk.is_current`` (set from the locked chunk row on insert, kept by
+    the trigger ``chunk_enrichment_current`` on every chunk update). Removed with its
+    enrichment row (foreign key ``ON DELETE CASCADE``, created by the migration).
     """
 
     pk = models.CompositePrimaryKey("tenant_id", "lexeme", "chunk_id")
-    tenant = models.ForeignKey("knowledge.Tenant", on_delete=models.DO_NOTHING, db_constraint=False, related_name="+")
+    tenant = models.ForeignKey(
+        "knowledge.Tenant", on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
     lexeme = models.TextField()
     chunk = models.ForeignKey(
         ChunkEnrichment, on_delete=models.DO_NOTHING, db_constraint=False, related_name="postings"
     )
     tf = models.IntegerField()
     field_length = models.IntegerField()
+    # Copies Chunk.is_current, so the field's default BM25 skips old versions' chunks without
+    # reading the chunk table (as ``Posting.is_current`` does for the body).
+    is_current = models.BooleanField(default=True, db_default=True)
 
     objects = TenantScopedQuerySet.as_manager()
 

@@ -35,13 +35,20 @@ CONFIGURED = "configured"  # ``chunks_enrich(llm=...)``'s default: the configure
 
 # Each chunk's enrichment row and its field's postings, in one statement (the postings' triggers
 # then update the statistics once). Chunks deleted meanwhile, other tenants' chunks and chunks
-# enriched meanwhile (ON CONFLICT) are skipped.
+# enriched meanwhile (ON CONFLICT) are skipped. The chunk rows are read FOR SHARE: a version
+# change flipping their is_current waits for this transaction, then its trigger
+# (knowledge 0016) updates the postings copied here, so the copy never goes stale.
 _STORE = """
 WITH given AS (
     SELECT r.chunk_id, r.keyphrases, r.questions, r.method, r.questions_error,
            to_tsvector('english', r.field) AS v
     FROM jsonb_to_recordset(%(rows)s::jsonb)
          AS r(chunk_id bigint, keyphrases jsonb, questions jsonb, method text, questions_error text, field text)
+),
+chunks AS (
+    SELECT c.id, c.tenant_id, c.is_current FROM knowledge_chunk c
+    WHERE c.tenant_id = %(tenant)s AND c.id IN (SELECT chunk_id FROM given)
+    FOR SHARE
 ),
 stored AS (
     INSERT INTO knowledge_chunkenrichment
@@ -50,14 +57,15 @@ stored AS (
            (SELECT COALESCE(sum(COALESCE(cardinality(t.positions), 1)), 0) FROM unnest(g.v) AS t)::integer,
            now()
     FROM given g
-    JOIN knowledge_chunk c ON c.id = g.chunk_id AND c.tenant_id = %(tenant)s
+    JOIN chunks c ON c.id = g.chunk_id
     ON CONFLICT (chunk_id) DO NOTHING
     RETURNING chunk_id, tenant_id, term_count
 )
-INSERT INTO knowledge_enrichmentposting (tenant_id, lexeme, chunk_id, tf, field_length)
-SELECT s.tenant_id, t.lexeme, s.chunk_id, COALESCE(cardinality(t.positions), 1), s.term_count
+INSERT INTO knowledge_enrichmentposting (tenant_id, lexeme, chunk_id, tf, field_length, is_current)
+SELECT s.tenant_id, t.lexeme, s.chunk_id, COALESCE(cardinality(t.positions), 1), s.term_count, c.is_current
 FROM stored s
 JOIN given g ON g.chunk_id = s.chunk_id
+JOIN chunks c ON c.id = s.chunk_id
 CROSS JOIN LATERAL unnest(g.v) AS t
 """
 

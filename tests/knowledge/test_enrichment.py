@@ -10,6 +10,7 @@ from django.db import connection
 from core.errors import InvalidInput
 from knowledge.enrichment.keyphrases import keyphrases_extract
 from knowledge.enrichment.services import chunks_enrich, enrichment_enabled
+from knowledge.ingestion.readers import ReadDocument
 from knowledge.models import Chunk, ChunkEnrichment, EnrichmentCorpusStatistic, EnrichmentPosting, Tenant
 from knowledge.services import document_delete, documents_ingest
 from retrieval.llm import LLMBadOutput, LLMUnavailable
@@ -95,6 +96,38 @@ def test_a_deleted_document_takes_its_chunks_enrichment_and_postings_out_of_the_
         EnrichmentCorpusStatistic.objects.get(tenant=corpus).chunk_count
         == ChunkEnrichment.objects.for_tenant(corpus).count()
     )
+
+
+def postings_follow_their_chunks(tenant) -> None:
+    """Every enrichment posting's is_current equals its chunk's."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM knowledge_enrichmentposting p JOIN knowledge_chunk c ON c.id = p.chunk_id"
+            " WHERE p.tenant_id = %s AND p.is_current IS DISTINCT FROM c.is_current",
+            [tenant.pk],
+        )
+        assert cursor.fetchone()[0] == 0
+
+
+def test_a_new_version_marks_its_old_chunks_enrichment_postings_not_current(corpus):
+    chunks_enrich(tenant_id=corpus.pk, llm=None)
+    bike = Chunk.objects.for_tenant(corpus).get(version__document__external_id=BIKE.external_id)
+    assert set(EnrichmentPosting.objects.filter(chunk_id=bike.pk).values_list("is_current", flat=True)) == {True}
+
+    documents_ingest(
+        tenant=corpus,
+        source=bike.version.document.source,
+        documents=[ReadDocument(external_id=BIKE.external_id, title=BIKE.title, text="Ride on the left.")],
+    )
+
+    assert set(EnrichmentPosting.objects.filter(chunk_id=bike.pk).values_list("is_current", flat=True)) == {False}
+    postings_follow_their_chunks(corpus)
+    # Enriching the new version's chunk copies its flag (true) from the chunk row.
+    chunks_enrich(tenant_id=corpus.pk, llm=None)
+    new = Chunk.objects.for_tenant(corpus).get(version__document__external_id=BIKE.external_id, is_current=True)
+    assert set(EnrichmentPosting.objects.filter(chunk_id=new.pk).values_list("is_current", flat=True)) == {True}
+    postings_follow_their_chunks(corpus)
+    statistics_are_exact(corpus)
 
 
 def test_questions_from_the_llm_are_stored_beside_the_keyphrases_and_indexed(corpus):

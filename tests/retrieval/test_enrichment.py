@@ -101,6 +101,28 @@ def test_the_field_applies_the_source_and_version_filters(enriched):
     assert [r.chunk.version.document.external_id for r in lexical(enriched, "repair", 1.0)] == [BIKE.external_id]
 
 
+def test_the_field_answers_from_an_old_version_when_asked_as_of_a_date_it_was_current(enriched):
+    from datetime import UTC, date, datetime
+
+    later = SourceFactory(tenant=enriched, name="later")
+    old = ReadDocument(
+        external_id="later/bike", title="Bike", text="Pumps and valves.", published_at=datetime(2023, 4, 3, tzinfo=UTC)
+    )
+    documents_ingest(tenant=enriched, source=later, documents=[old])
+    chunks_enrich(tenant_id=enriched.pk, llm=ScriptedLLM(structured_reply=QUESTIONS), questions=2)
+    new = ReadDocument(
+        external_id="later/bike", title="Bike", text="Gone.", published_at=datetime(2025, 4, 2, tzinfo=UTC)
+    )
+    documents_ingest(tenant=enriched, source=later, documents=[new])
+
+    def found(**kwargs):
+        return {r.chunk.version.document.external_id for r in lexical(enriched, "mend", 1.0, **kwargs)}
+
+    assert "later/bike" not in found()
+    assert "later/bike" in found(as_of=date(2024, 1, 1))
+    assert "later/bike" not in found(as_of=date(2023, 1, 1))
+
+
 def test_fields_combine_adds_the_weighted_field_over_the_union_of_both_lists():
     ranking, parts = fields_combine([(1, 4.0), (2, 3.0)], [(3, 10.0), (2, 2.0)], weight=0.5, limit=3)
 

@@ -17,8 +17,10 @@ acts as a tie-breaker among the body's matches plus a way in for chunks whose qu
 query's words. A chunk found by the field alone is scored with body 0 (its body score, if any, is
 below the body list's last), a lower bound; every body candidate gets its exact field score.
 
-The ``RetrievalFilter`` (current versions or ``as_of``, sources, access rules) applies through a
-join on the chunk, exactly as the body's BM25 applies it.
+The ``RetrievalFilter`` (current versions or ``as_of``, sources, access rules) applies as the
+body's BM25 applies it (``RetrievalFilter.posting_condition``): by default the postings' own
+``is_current`` copy (migration ``knowledge 0016``), so the field is scored from the postings'
+covering index without reading a chunk row; a narrowed filter adds the chunk subquery.
 """
 
 from __future__ import annotations
@@ -53,7 +55,6 @@ scored AS MATERIALIZED (
                / (p.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * p.field_length / q.avgdl))) AS score
     FROM q
     JOIN knowledge_enrichmentposting p ON p.tenant_id = %(filter_tenant)s AND p.lexeme = q.lexeme
-    JOIN knowledge_chunk c ON c.id = p.chunk_id
     WHERE {condition}
     GROUP BY p.chunk_id
 )
@@ -92,7 +93,7 @@ def enrichment_bm25_search(
     else:
         lexemes = _TEXT_LEXEMES
         params["query"] = query
-    statement = _SEARCH.format(lexemes=lexemes, condition=where.chunk_condition("c"))
+    statement = _SEARCH.format(lexemes=lexemes, condition=where.posting_condition("p"))
     with connection.cursor() as cursor:
         cursor.execute(statement.as_string(None), params)
         rows = cursor.fetchall()

@@ -84,8 +84,10 @@ class RetrievalFilter:
         return sql.SQL(" AND ").join(parts)
 
     def posting_condition(self, alias: str = "p") -> sql.Composed:
-        """The condition a row of ``knowledge_posting AS alias`` (BM25) must meet: its chunk meets
-        ``chunk_condition``. Without narrowing, the posting's own ``is_current`` flag is the rule.
+        """The condition a row of ``knowledge_posting AS alias`` (BM25) or of
+        ``knowledge_enrichmentposting AS alias`` (the enrichment field; same ``chunk_id`` and
+        ``is_current`` columns) must meet: its chunk meets ``chunk_condition``. Without
+        narrowing, the posting's own ``is_current`` flag is the rule.
 
         When access rules are the only narrowing, the cheaper equivalent: the chunk is not one of
         the denied documents' chunks (found through the chunk's version index, so the cost follows
