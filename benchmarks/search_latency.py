@@ -1,6 +1,6 @@
 """Search latency p50/p95 (ms) per mode on a tenant, with the corpus size.
 
-Usage: python benchmarks/search_latency.py [--tenant demo] [--rounds 3] [--cached] [--rls]
+Usage: python benchmarks/search_latency.py [--tenant demo] [--rounds 3] [--cached] [--rls] [--dense-on-caller]
 Runs 20 Django questions ``rounds`` times per mode after one warm-up pass; prints one JSON object
 with, for hybrid, the mean of each timing (``lexical_ms``, ``embed_ms``, ``embed_wait_ms``,
 ``overlap_ms``: the embedding runs while BM25 does, ``dense_ms``, ``fusion_ms``, ``fetch_ms``).
@@ -9,6 +9,9 @@ the embedding) unless ``--cached``. ``--rls`` runs each search a second time ins
 ``core.rls.tenant_context`` (row-level security on, autocommit as in a request) and adds
 ``rls_modes`` and ``rls_over_plain_p50`` (the two interleaved, question by question), and a third
 time inside one transaction as well (``rls_atomic_*``: a request under ``ATOMIC_REQUESTS``).
+``--dense-on-caller`` runs each hybrid search a second time with ``KB_CONCURRENT_RETRIEVERS`` off
+(only the embedding on the worker, the vector SQL after BM25 on the caller's connection) and adds
+``dense_on_caller`` and ``dense_on_caller_over_worker_p50``, interleaved question by question.
 """
 
 import argparse
@@ -51,6 +54,7 @@ def percentile(values: list[float], q: float) -> float:
 def main() -> None:
     django_setup()
     from django.db import transaction
+    from django.test import override_settings
 
     from core.rls import tenant_context
     from knowledge.embedders import get_embedder
@@ -63,6 +67,9 @@ def main() -> None:
     parser.add_argument("-k", type=int, default=10)
     parser.add_argument("--cached", action="store_true", help="keep the embedder's query cache between searches")
     parser.add_argument("--rls", action="store_true", help="also time each search under row-level security")
+    parser.add_argument(
+        "--dense-on-caller", action="store_true", help="also time hybrid with the vector SQL on the caller's connection"
+    )
     args = parser.parse_args()
     tenant = Tenant.objects.filter(slug=args.tenant).first()
     if tenant is None:
@@ -83,6 +90,7 @@ def main() -> None:
     rls_totals: dict[str, list[float]] = {mode: [] for mode in totals}
     rls_atomic_totals: dict[str, list[float]] = {mode: [] for mode in totals}
     parts: dict[str, list[float]] = {}
+    on_caller: list[float] = []
     embedder = get_embedder(tenant.embedder)
 
     def cache_clear() -> None:
@@ -99,6 +107,12 @@ def main() -> None:
                 if mode == "hybrid":
                     for key, value in response.timings_ms.items():
                         parts.setdefault(key, []).append(value)
+                    if args.dense_on_caller:
+                        cache_clear()
+                        with override_settings(KB_CONCURRENT_RETRIEVERS=False):
+                            t = time.perf_counter()
+                            chunk_search(tenant=tenant, query=question, k=args.k, mode=mode)
+                            on_caller.append((time.perf_counter() - t) * 1000)
                 if args.rls:
                     cache_clear()
                     t = time.perf_counter()
@@ -131,6 +145,14 @@ def main() -> None:
         output["rls_atomic_over_plain_p50"] = {
             mode: round(percentile(rls_atomic_totals[mode], 50) / percentile(totals[mode], 50), 3) for mode in totals
         }
+    if on_caller:
+        output["dense_on_caller"] = {
+            "p50_ms": round(percentile(on_caller, 50), 1),
+            "p95_ms": round(percentile(on_caller, 95), 1),
+        }
+        output["dense_on_caller_over_worker_p50"] = round(
+            percentile(on_caller, 50) / percentile(totals["hybrid"], 50), 3
+        )
     output["hybrid_timings_mean_ms"] = {key: round(statistics.mean(values), 2) for key, values in parts.items()}
     output["hybrid_over_dense_p50"] = round(output["modes"]["hybrid"]["p50_ms"] / output["modes"]["dense"]["p50_ms"], 2)
     print(json.dumps(output, indent=2))
