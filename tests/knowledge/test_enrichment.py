@@ -272,3 +272,56 @@ def test_the_chunk_admin_page_shows_the_chunk_s_keyphrases_questions_and_method(
 
     assert ChunkEnrichment.objects.get(chunk=chunk).keyphrases[0] in page
     assert "Why patch a tube?" in page and "yake+llm:scripted" in page
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_new_version_committed_while_an_enrichment_is_being_stored_still_marks_its_postings_not_current(corpus):
+    import threading
+
+    from django.db import connection as thread_connection
+    from django.db import transaction
+
+    bike = Chunk.objects.for_tenant(corpus).get(version__document__external_id=BIKE.external_id)
+    stored, release = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def enrich_and_hold() -> None:  # stores the bicycle chunk's postings (current), then waits to commit
+        try:
+            with transaction.atomic():
+                chunks_enrich(tenant_id=corpus.pk, chunk_ids=[bike.pk], llm=None)
+                stored.set()
+                release.wait(10)
+        except BaseException as error:  # reported by the main thread
+            errors.append(error)
+            stored.set()
+        finally:
+            thread_connection.close()
+
+    def new_version() -> None:  # makes the bicycle chunk not current
+        try:
+            documents_ingest(
+                tenant=corpus,
+                source=bike.version.document.source,
+                documents=[ReadDocument(external_id=BIKE.external_id, title=BIKE.title, text="Ride on the left.")],
+            )
+        except BaseException as error:
+            errors.append(error)
+        finally:
+            thread_connection.close()
+
+    enricher = threading.Thread(target=enrich_and_hold)
+    enricher.start()
+    assert stored.wait(30)
+    ingester = threading.Thread(target=new_version)
+    ingester.start()
+    ingester.join(1.0)
+    # The enrichment read the chunk row FOR SHARE: the version change waits for it to commit.
+    waited = ingester.is_alive()
+    release.set()
+    enricher.join(30)
+    ingester.join(30)
+
+    assert errors == []
+    assert waited
+    assert set(EnrichmentPosting.objects.filter(chunk_id=bike.pk).values_list("is_current", flat=True)) == {False}
+    postings_follow_their_chunks(corpus)
