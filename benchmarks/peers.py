@@ -96,24 +96,15 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def bench_tenant(dataset, *, rebuild: bool):
-    """The tenant ``bench-bioasq`` holding the dataset (ingested once; ``rebuild`` starts afresh)."""
-    from knowledge.ingestion.splitters import get_splitter
-    from knowledge.models import Chunk, Source, Tenant
-    from knowledge.services import documents_ingest, source_get_or_create, tenant_create
+    """The tenant ``bench-bioasq`` holding the dataset (ingested once; ``rebuild`` starts afresh)
+    and its chunk count: ``retrieval_quality.py``'s tenant, with its judgment list."""
+    from retrieval_quality import tenant_for
+
+    from knowledge.models import Chunk, Tenant
 
     if rebuild:
         Tenant.objects.filter(slug=TENANT).delete()
-    tenant = Tenant.objects.filter(slug=TENANT).first() or tenant_create(slug=TENANT)
-    source = source_get_or_create(tenant=tenant, name="bioasq", kind=Source.Kind.DATASET)
-    started = time.perf_counter()
-    report = documents_ingest(
-        tenant=tenant,
-        source=source,
-        documents=dataset.documents,
-        splitter=get_splitter(dataset.splitter),
-        progress=True,
-    )
-    log(f"{TENANT}: {report.counts()} in {time.perf_counter() - started:.0f}s")
+    tenant, _, _ = tenant_for(dataset, name="bioasq", slug=TENANT)
     return tenant, Chunk.objects.for_tenant(tenant).count()
 
 

@@ -51,16 +51,21 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def tenant_for(dataset, *, name: str):
-    """The benchmark tenant for ``name`` with the dataset ingested and its judgment list."""
+def tenant_for(dataset, *, name: str, slug: str | None = None, retrieval_config: dict | None = None):
+    """The benchmark tenant for ``name`` (slug ``bench-<name>`` unless given) with the dataset
+    ingested (reused while unchanged) and its judgment list: ``(tenant, judgment list, report)``.
+    ``retrieval_config`` (when given) is saved on the tenant before ingesting."""
     from knowledge.ingestion.splitters import get_splitter
     from knowledge.models import Source, Tenant
     from knowledge.services import documents_ingest, source_get_or_create, tenant_create
     from quality.models import JudgmentList
     from quality.services import judgment_list_import
 
-    slug = f"bench-{name}"
+    slug = slug or f"bench-{name}"
     tenant = Tenant.objects.filter(slug=slug).first() or tenant_create(slug=slug)
+    if retrieval_config is not None:
+        tenant.retrieval_config = retrieval_config
+        tenant.save(update_fields=["retrieval_config"])
     source = source_get_or_create(tenant=tenant, name=name, kind=Source.Kind.DATASET)
     t = time.perf_counter()
     report = documents_ingest(

@@ -33,6 +33,7 @@ import sys
 import time
 from pathlib import Path
 
+import retrieval_quality
 from _setup import ROOT, django_setup
 from retrieval_quality import DATASETS
 
@@ -47,29 +48,12 @@ def log(message: str) -> None:
 
 def tenant_for(dataset, *, name: str):
     """The benchmark tenant with the dataset ingested (summaries off) and its judgment list, without summaries."""
-    from knowledge.ingestion.splitters import get_splitter
-    from knowledge.models import Chunk, Source, Tenant
-    from knowledge.services import documents_ingest, source_get_or_create, tenant_create
-    from quality.models import JudgmentList
-    from quality.services import judgment_list_import
+    from knowledge.models import Chunk
 
-    slug = f"bench-summaries-{name}"
-    tenant = Tenant.objects.filter(slug=slug).first() or tenant_create(slug=slug)
-    tenant.retrieval_config = {"summaries": "off"}
-    tenant.save(update_fields=["retrieval_config"])
-    source = source_get_or_create(tenant=tenant, name=name, kind=Source.Kind.DATASET)
-    started = time.perf_counter()
-    report = documents_ingest(
-        tenant=tenant,
-        source=source,
-        documents=dataset.documents,
-        splitter=get_splitter(dataset.splitter),
-        progress=True,
+    tenant, judgment_list, _ = retrieval_quality.tenant_for(
+        dataset, name=name, slug=f"bench-summaries-{name}", retrieval_config={"summaries": "off"}
     )
-    log(f"{name}: {report.counts()} in {time.perf_counter() - started:.0f}s")
     Chunk.objects.for_tenant(tenant).filter(kind=Chunk.Kind.SUMMARY).delete()
-    JudgmentList.objects.filter(tenant=tenant, name=name).delete()
-    judgment_list = judgment_list_import(tenant=tenant, name=name, origin=name, judgments=dataset.judgments)
     return tenant, judgment_list
 
 
