@@ -306,10 +306,10 @@ def searchers(tenant, *, k: int = 10, candidates: int = 100) -> dict:
     ``dense`` (the product's dense retriever, plan chosen as in production), ``dense_exact`` and
     ``dense_hnsw`` (plans forced; ``dense_hnsw`` uses the shared per-embedder index when the
     tenant has none: the design before per-tenant indexes), ``lexical`` (BM25 retriever, MaxScore
-    top-k chosen as in production), ``lexical_exhaustive`` (every posting scored), ``hybrid`` (both retrievers, the dense one on a
-    worker thread's connection while BM25 runs, then fusion and the result rows' fetch: the search
-    API's work after the query embedding) and ``hybrid_sequential`` (the same, one retriever after
-    the other).
+    top-k chosen as in production), ``lexical_exhaustive`` (every posting scored), ``hybrid`` (both
+    retrievers as the product runs them with the current ``KB_CONCURRENT_RETRIEVERS``, then fusion
+    and the result rows' fetch: the search API's work after the query embedding)
+    and ``hybrid_sequential`` (the same, one retriever after the other whatever the setting).
     """
     from dataclasses import replace
 
@@ -363,7 +363,6 @@ def searchers(tenant, *, k: int = 10, candidates: int = 100) -> dict:
         "lexical": lexical,
         "lexical_exhaustive": lexical_exhaustive,
         "hybrid": hybrid_with(concurrent=True),
-        # The two retrievers one after the other on this thread (before the dense side ran on a worker).
         "hybrid_sequential": hybrid_with(concurrent=False),
     }
 
@@ -409,18 +408,23 @@ def lexical_exactness(tenant, questions: list[str], *, limit: int = 100) -> dict
 def time_interleaved(runs: dict, questions: list[str], vectors: np.ndarray, *, rounds: int = 1) -> dict:
     """Run every callable of ``runs`` on each question in turn (after one warm-up pass) and summarize.
 
-    Interleaving makes background load weigh on every configuration alike.
+    Interleaving makes background load weigh on every configuration alike, and the order rotates
+    by one per question, so each configuration runs equally often right after each other one (a
+    slow exact scan leaves the CPU caches cold for whatever runs next).
     """
     for run in runs.values():
         for question, vector in list(zip(questions, vectors, strict=True))[:10]:
             run(question, vector)
     times: dict[str, list[float]] = {name: [] for name in runs}
+    order = list(runs.items())
+    turn = 0
     for _ in range(rounds):
         for question, vector in zip(questions, vectors, strict=True):
-            for name, run in runs.items():
+            for name, run in order[turn % len(order) :] + order[: turn % len(order)]:
                 started = time.perf_counter()
                 run(question, vector)
                 times[name].append((time.perf_counter() - started) * 1000)
+            turn += 1
     return {name: summary(values) for name, values in times.items()}
 
 
