@@ -28,6 +28,7 @@ from knowledge.models import (
     AccessGroup,
     AccessRule,
     Chunk,
+    ChunkEnrichment,
     Document,
     DocumentVersion,
     IngestionJob,
@@ -35,7 +36,8 @@ from knowledge.models import (
     Source,
     Tenant,
 )
-from knowledge.services import document_delete
+from knowledge.services.deletion import document_delete
+from knowledge.services.versions import versions_prune
 
 # --- Tenants and members -----------------------------------------------------------------------
 
@@ -119,8 +121,6 @@ class SourceAdmin(TenantScopedAdmin):
     def save_model(self, request, obj, form, change):
         super().save_model(request, obj, form, change)
         if change and "versions_kept" in form.changed_data:  # apply the new retention now (issue 8 §2)
-            from knowledge.services.versions import versions_prune
-
             versions_prune(source=obj)
 
     @admin.display(description="documents", ordering="document_count")
@@ -252,8 +252,6 @@ class ChunkAdmin(ReadOnlyAdminMixin, TenantScopedAdmin):
 
     @staticmethod
     def _enrichment(obj):
-        from knowledge.models import ChunkEnrichment
-
         return ChunkEnrichment.objects.filter(chunk_id=obj.pk).first() if obj and obj.pk else None
 
     @admin.display(description="keyphrases")

@@ -14,14 +14,18 @@ from celery import Task, shared_task
 from django.conf import settings
 
 from core.rls import tenant_context, tenant_id_of
+from knowledge import task_names
+from knowledge.dedup.services import near_duplicates_refresh
+from knowledge.enrichment.services import chunks_enrich
 from knowledge.models import IngestionJob
-from knowledge.services import (
+from knowledge.services.uploads import (
     TRANSIENT_ERRORS,
     IngestionJobBusy,
     ingestion_job_fail,
     ingestion_job_run,
     ingestion_jobs_recover,
 )
+from knowledge.summaries.services import summaries_refresh
 
 
 class IngestionJobTask(Task):
@@ -36,6 +40,7 @@ class IngestionJobTask(Task):
 
 
 @shared_task(
+    name=task_names.INGESTION_JOB,
     bind=True,
     base=IngestionJobTask,
     acks_late=True,
@@ -68,7 +73,7 @@ def ingestion_job_task(self, job_id: int) -> str:
     return job.status if job is not None else "missing"
 
 
-@shared_task(time_limit=300)
+@shared_task(name=task_names.INGESTION_JOBS_RECOVER, time_limit=300)
 def ingestion_jobs_recover_task() -> list[int]:
     """Re-queue ingestion jobs whose worker died (lease ran out); runs under Celery beat.
 
@@ -77,31 +82,46 @@ def ingestion_jobs_recover_task() -> list[int]:
     return ingestion_jobs_recover()
 
 
-@shared_task(acks_late=True, autoretry_for=TRANSIENT_ERRORS, max_retries=3, retry_backoff=True, time_limit=1800)
+@shared_task(
+    name=task_names.NEAR_DUPLICATES,
+    acks_late=True,
+    autoretry_for=TRANSIENT_ERRORS,
+    max_retries=3,
+    retry_backoff=True,
+    time_limit=1800,
+)
 def near_duplicates_task(tenant_id: int) -> dict:
     """Find the near-duplicates of tenant ``tenant_id``'s new versions and rebuild its clusters
     (``knowledge.dedup.services.near_duplicates_refresh``); queued after each ingestion."""
-    from knowledge.dedup.services import near_duplicates_refresh
-
     with tenant_context(tenant_id):
         return near_duplicates_refresh(tenant_id=tenant_id)
 
 
-@shared_task(acks_late=True, autoretry_for=TRANSIENT_ERRORS, max_retries=3, retry_backoff=True, time_limit=3600)
+@shared_task(
+    name=task_names.ENRICHMENT,
+    acks_late=True,
+    autoretry_for=TRANSIENT_ERRORS,
+    max_retries=3,
+    retry_backoff=True,
+    time_limit=3600,
+)
 def enrichment_task(tenant_id: int) -> dict:
     """Enrich tenant ``tenant_id``'s chunks that have no enrichment yet (keyphrases, and questions
     with an LLM: ``knowledge.enrichment.services.chunks_enrich``); queued after each ingestion."""
-    from knowledge.enrichment.services import chunks_enrich
-
     with tenant_context(tenant_id):
         return chunks_enrich(tenant_id=tenant_id)
 
 
-@shared_task(acks_late=True, autoretry_for=TRANSIENT_ERRORS, max_retries=3, retry_backoff=True, time_limit=3600)
+@shared_task(
+    name=task_names.SUMMARIES,
+    acks_late=True,
+    autoretry_for=TRANSIENT_ERRORS,
+    max_retries=3,
+    retry_backoff=True,
+    time_limit=3600,
+)
 def summaries_task(tenant_id: int) -> dict:
     """Write the missing per-document summaries of tenant ``tenant_id``
     (``knowledge.summaries.services.summaries_refresh``); queued after each ingestion."""
-    from knowledge.summaries.services import summaries_refresh
-
     with tenant_context(tenant_id):
         return summaries_refresh(tenant_id=tenant_id)

@@ -30,6 +30,7 @@ from django.db import connection
 from psycopg import sql
 
 from core.rls import rls_bypass
+from knowledge.models import Tenant
 
 # Chunks of one embedder a tenant needs before it gets its own HNSW index. The exact scan reads
 # every row's embedding through TOAST (~16 us a row), so HNSW wins from a few hundred chunks on
@@ -199,8 +200,6 @@ def tenant_vector_indexes_prune(*, tenant_id: int | None = None) -> list[str]:
     ``knowledge.services.tenants.tenant_delete``; a tenant deleted any other way leaves an
     index whose predicate matches no row (ids are never reused): harmless until pruned.
     """
-    from knowledge.models import Tenant
-
     indexes = tenant_vector_indexes(tenant_id=tenant_id)
     if tenant_id is None:
         existing = set(Tenant.objects.filter(pk__in={i["tenant_id"] for i in indexes}).values_list("pk", flat=True))

@@ -10,12 +10,15 @@ from celery import shared_task
 from django.conf import settings
 
 from core.rls import tenant_context, tenant_id_of
+from quality import task_names
 from quality.models import ConfigChange, JudgmentGeneration, JudgmentList
-from quality.services import config_change_evaluate, evaluation_run
+from quality.services.gate import config_change_evaluate
 from quality.services.generation import judgment_list_generate
+from quality.services.runs import evaluation_run
 
 
 @shared_task(
+    name=task_names.CONFIG_CHANGE,
     acks_late=True,
     time_limit=settings.CELERY_TASK_TIME_LIMIT,
     soft_time_limit=max(settings.CELERY_TASK_TIME_LIMIT - 30, 10),
@@ -31,6 +34,7 @@ def config_change_task(change_id: int) -> str:
 
 
 @shared_task(
+    name=task_names.JUDGMENT_GENERATION,
     acks_late=True,
     time_limit=settings.CELERY_TASK_TIME_LIMIT,
     soft_time_limit=max(settings.CELERY_TASK_TIME_LIMIT - 30, 10),
@@ -46,6 +50,7 @@ def judgment_generation_task(generation_id: int) -> str:
 
 
 @shared_task(
+    name=task_names.JUDGMENT_LIST_EVALUATE,
     acks_late=True,
     time_limit=settings.CELERY_TASK_TIME_LIMIT,
     soft_time_limit=max(settings.CELERY_TASK_TIME_LIMIT - 30, 10),

@@ -7,6 +7,10 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 # Debian's chromium for the browser test (Playwright drives it; it never downloads browsers).
 command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium; } \
   || echo "chromium could not be installed: the browser test will be skipped." >&2
+# The app layers and the absence of import cycles (.importlinter); run from the project root, which
+# lint-imports puts on the import path.
+.venv/bin/lint-imports --no-logo \
+  || { echo "An import breaks the layers or makes a cycle (.importlinter): see above." >&2; exit 1; }
 .venv/bin/python manage.py makemigrations --check --dry-run >/dev/null \
   || { echo "Models changed without a migration: run manage.py makemigrations." >&2; exit 1; }
 exec .venv/bin/python -m pytest -q --create-db "$@"

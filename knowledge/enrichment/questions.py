@@ -12,6 +12,8 @@ failure is an ``LLMError``, which the caller records and degrades from (keyphras
 
 from __future__ import annotations
 
+from retrieval.llm import LLMBadOutput
+
 MAX_QUESTION_CHARS = 300
 PASSAGE_MAX_CHARS = 4000
 TOKENS_PER_QUESTION = 60
@@ -60,8 +62,6 @@ def questions_generate(llm, *, heading: str, text: str, n: int) -> tuple[list[st
     Raises ``LLMError`` when the endpoint fails, and ``LLMBadOutput`` when the reply holds no
     usable question.
     """
-    from retrieval.llm import LLMBadOutput
-
     passage = f"{heading}\n\n{text}" if heading and not text.startswith(heading) else text
     messages = [
         {"role": "system", "content": PROMPT.format(n=n)},

@@ -22,10 +22,14 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from core.errors import InvalidInput
+from core.queue import task_enqueue
+from knowledge import task_names
 from knowledge.enrichment.keyphrases import keyphrases_extract
 from knowledge.enrichment.models import ChunkEnrichment, field_text
 from knowledge.enrichment.questions import questions_generate
 from knowledge.models import Chunk, Tenant
+from retrieval import llm as llm_api
+from retrieval.llm import LLMError
 from retrieval.types import Usage
 
 logger = logging.getLogger(__name__)
@@ -86,17 +90,12 @@ def enrichment_enqueue(*, tenant: Tenant, report) -> None:
     it stored new chunks (``report``: an ``IngestReport``) and ``enrichment_enabled``."""
     if not report.counts()["chunks"] or not enrichment_enabled(tenant):
         return
-    from knowledge.tasks import enrichment_task
-
-    tenant_id = tenant.pk
-    transaction.on_commit(lambda: enrichment_task.delay(tenant_id))
+    task_enqueue(task_names.ENRICHMENT, tenant.pk)
 
 
 def _configured_llm():
     if settings.KB_ENRICHMENT_QUESTIONS <= 0:
         return None
-    from retrieval import llm as llm_api
-
     return llm_api.configured_llm()
 
 
@@ -163,8 +162,6 @@ def chunks_enrich(
 
 def _batch_enrich(batch: list[tuple[int, str, str]], *, llm, n: int, usage: Usage, timings: dict) -> list[dict]:
     """The rows ``_STORE`` takes for ``batch`` (``(chunk id, heading, text)``): keyphrases, and questions when ``llm``."""
-    from retrieval.llm import LLMError
-
     t = time.perf_counter()
     keyphrases = [keyphrases_extract(text) for _, _, text in batch]
     timings["keyphrase_seconds"] += time.perf_counter() - t

@@ -33,6 +33,8 @@ from django.conf import settings
 from django.db import DataError, IntegrityError, connection, transaction
 
 from core.errors import InvalidInput
+from core.queue import task_enqueue
+from knowledge import task_names
 from knowledge.embedders import Embedder, get_embedder
 from knowledge.enrichment.services import enrichment_enqueue
 from knowledge.ingestion.readers import SUPPORTED_EXTENSIONS, ReadDocument, read_path
@@ -44,6 +46,7 @@ from knowledge.models import (
     Source,
     Tenant,
 )
+from knowledge.services.versions import versions_prune
 from knowledge.summaries.services import summaries_enqueue
 from knowledge.vector_index import tenant_vector_index_ensure, vector_index_ensure
 
@@ -198,8 +201,6 @@ def documents_ingest(
     report.outcomes.sort(key=lambda o: position[o.external_id])
     updated = [o.document_id for o in report.outcomes if o.status in ("updated", "duplicate")]
     if updated and source.versions_kept is not None:
-        from knowledge.services.versions import versions_prune
-
         versions_prune(source=source, document_ids=updated)
     if report.counts()["chunks"] >= ANALYZE_AFTER_CHUNKS:
         # Fresh planner statistics, so the first searches after a bulk load get good plans.
@@ -218,10 +219,7 @@ def near_duplicates_enqueue(*, tenant: Tenant, report: IngestReport) -> None:
     ingestion commits, when it stored a new version and ``KB_NEAR_DUPLICATES`` is on."""
     if not settings.KB_NEAR_DUPLICATES or not any(o.status != "unchanged" for o in report.outcomes):
         return
-    from knowledge.tasks import near_duplicates_task
-
-    tenant_id = tenant.pk
-    transaction.on_commit(lambda: near_duplicates_task.delay(tenant_id))
+    task_enqueue(task_names.NEAR_DUPLICATES, tenant.pk)
 
 
 def _store_or_explain(**kwargs) -> IngestOutcome:

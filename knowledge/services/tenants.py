@@ -12,6 +12,7 @@ from knowledge.models import (
     Source,
     Tenant,
 )
+from knowledge.vector_index import tenant_vector_indexes_prune
 
 
 def tenant_create(*, slug: str, name: str = "", embedder: str | None = None) -> Tenant:
@@ -34,8 +35,6 @@ def tenant_delete(*, tenant: Tenant) -> None:
     statistics); the tenant's vector indexes (``knowledge.vector_index``) are dropped after it,
     concurrently when no transaction is open, so other tenants' searches never wait on them.
     """
-    from knowledge.vector_index import tenant_vector_indexes_prune
-
     tenant_id = tenant.pk
     with transaction.atomic():
         Tenant.objects.filter(pk=tenant_id).delete()

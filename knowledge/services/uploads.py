@@ -31,6 +31,8 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from core.errors import ApplicationError, InvalidInput, PayloadTooLarge, UpstreamError
+from core.queue import task_send
+from knowledge import task_names
 from knowledge.ingestion.readers import read_bytes, read_path
 from knowledge.ingestion.splitters import get_splitter
 from knowledge.models import (
@@ -121,10 +123,8 @@ class IngestionJobBusy(Exception):
 def _job_enqueue(job_id: int) -> None:
     """Queue the job's task (run it, without a broker). A job that cannot be queued (broker down),
     or whose eager run gave up, is marked failed rather than left pending."""
-    from knowledge.tasks import ingestion_job_task
-
     try:
-        ingestion_job_task.delay(job_id)
+        task_send(task_names.INGESTION_JOB, job_id)
     except Exception:
         logger.exception("Could not queue or run ingestion job %s", job_id)
         ingestion_job_fail(job_id=job_id, message="The job could not be queued or run (is the broker running?).")

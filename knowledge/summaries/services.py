@@ -36,11 +36,15 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 
 from core.errors import InvalidInput
+from core.queue import task_enqueue
+from knowledge import task_names
 from knowledge.embedders import get_embedder
 from knowledge.ingestion.tokenizer import count_tokens
 from knowledge.models import SUMMARY_ORDINAL, Chunk, DocumentVersion, Tenant
 from knowledge.summaries.extractive import BodyChunk, summary_extract
 from knowledge.summaries.llm import summary_clean, summary_messages
+from retrieval import llm as llm_api
+from retrieval.llm import LLMBadOutput, LLMEmptyReply, LLMError
 
 logger = logging.getLogger(__name__)
 
@@ -85,10 +89,7 @@ def summaries_enqueue(*, tenant: Tenant, report=None) -> bool:
         return False
     if report is not None and not any(o.status in ("created", "updated") for o in report.outcomes):
         return False
-    from knowledge.tasks import summaries_task
-
-    tenant_id = tenant.pk
-    transaction.on_commit(lambda: summaries_task.delay(tenant_id))
+    task_enqueue(task_names.SUMMARIES, tenant.pk)
     return True
 
 
@@ -137,9 +138,7 @@ def _resolve_llm(method: str, llm) -> tuple[object | None, str]:
     if method == "extractive":
         return None, ""
     if llm is CONFIGURED:
-        from retrieval.llm import configured_llm
-
-        llm = configured_llm()
+        llm = llm_api.configured_llm()
     if llm is None:
         return None, "no LLM is configured" if method == "llm" else ""
     return llm, ""
@@ -219,8 +218,6 @@ def _drafts_load(tenant: Tenant, version_ids: list[int], *, embedder_key: str) -
 
 def _drafts_write(drafts: list[_Draft], *, state: _LLMState, wanted_llm: bool, max_tokens: int) -> None:
     """Fill each draft's text: the LLM's summary when there is one to call, else (or on failure) extractive."""
-    from retrieval.llm import LLMBadOutput, LLMEmptyReply, LLMError
-
     if state.client is not None and drafts:
 
         def write(draft: _Draft):

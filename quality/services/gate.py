@@ -22,7 +22,9 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from core.errors import ApplicationError, InvalidInput, PermissionDenied
+from core.queue import task_enqueue
 from knowledge.models import Membership, Tenant
+from quality import task_names
 from quality.models import ConfigChange
 from quality.selectors import judgment_lists_to_gate, quality_tolerance
 from quality.services.compare import metrics_delta
@@ -100,9 +102,7 @@ def config_change_propose(*, tenant: Tenant, user, proposed: dict) -> ConfigChan
                 finished_at=None if gated else timezone.now(),
             )
             if gated:
-                from quality.tasks import config_change_task
-
-                transaction.on_commit(lambda: config_change_task.delay(change.pk))
+                task_enqueue(task_names.CONFIG_CHANGE, change.pk)
             else:
                 locked.retrieval_config = change.new_config
                 locked.save(update_fields=["retrieval_config"])

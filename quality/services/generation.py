@@ -31,7 +31,9 @@ from django.db.models import Q
 from django.utils import timezone
 
 from core.errors import ApplicationError, InvalidInput
+from core.queue import task_enqueue
 from knowledge.models import Chunk, Source, Tenant
+from quality import task_names
 from quality.models import JudgmentGeneration, JudgmentList
 from quality.services.judgments import judgment_list_import
 from retrieval import llm as llm_api
@@ -107,8 +109,6 @@ def judgment_generation_start(
         return existing
     if llm_api.configured_llm() is None:
         raise InvalidInput(NEEDS_LLM, code="llm_not_configured")
-    from quality.tasks import judgment_generation_task
-
     try:
         with transaction.atomic():
             if existing is None:
@@ -128,7 +128,7 @@ def judgment_generation_start(
                 if not restarted:  # another start restarted it meanwhile
                     existing.refresh_from_db()
                     return existing
-            transaction.on_commit(lambda: judgment_generation_task.delay(generation.pk))
+            task_enqueue(task_names.JUDGMENT_GENERATION, generation.pk)
     except IntegrityError:  # a concurrent start created it first
         return JudgmentGeneration.objects.for_tenant(tenant).get(**request)
     generation.refresh_from_db()

@@ -52,7 +52,7 @@ def _objects(corpus):
 # (task, the service it calls as patched in its module, which object it takes, what the service returns)
 TASKS = [
     (ingestion_job_task, "knowledge.tasks.ingestion_job_run", "job", SimpleNamespace(status="done")),
-    (near_duplicates_task, "knowledge.dedup.services.near_duplicates_refresh", "tenant", {}),
+    (near_duplicates_task, "knowledge.tasks.near_duplicates_refresh", "tenant", {}),
     (config_change_task, "quality.tasks.config_change_evaluate", "change", SimpleNamespace(status="accepted")),
     (judgment_generation_task, "quality.tasks.judgment_list_generate", "generation", SimpleNamespace(status="done")),
     (judgment_list_evaluate_task, "quality.tasks.evaluation_run", "list", SimpleNamespace(pk=1)),

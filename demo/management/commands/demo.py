@@ -14,12 +14,11 @@ from django.core.management import call_command
 
 from core.commands import TenantCommand
 from demo.services import EXAMPLE_QUESTION, demo_setup
+from retrieval.pipeline import pipeline_answer
 
 
 def example_answer(*, tenant, question: str):
     """The demo's one call into retrieval: an ``Answer`` (``.text``, ``.citations``) to ``question``."""
-    from retrieval.pipeline import pipeline_answer
-
     return pipeline_answer(tenant=tenant, question=question).answer
 
 

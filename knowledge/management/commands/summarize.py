@@ -1,7 +1,7 @@
 import json
 
 from core.commands import TenantCommand
-from knowledge.summaries.services import METHODS, summaries_refresh
+from knowledge.summaries.services import METHODS, summaries_refresh, summaries_setting
 
 
 class Command(TenantCommand):
@@ -23,8 +23,6 @@ class Command(TenantCommand):
         )
 
     def handle(self, *args, slug, method, rebuild, **options):
-        from knowledge.summaries.services import summaries_setting
-
         tenant = self.tenant(slug)
         if method is None:
             method = summaries_setting(tenant)
