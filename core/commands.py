@@ -19,8 +19,8 @@ class TenantCommand(BaseCommand):
 
     @staticmethod
     def tenant(slug: str):
-        """The ``knowledge.Tenant`` with ``slug``; ``CommandError`` naming the fix if there is none."""
-        tenant = apps.get_model("knowledge", "Tenant").objects.filter(slug=slug).first()
+        """The ``core.Tenant`` with ``slug``; ``CommandError`` naming the fix if there is none."""
+        tenant = apps.get_model("core", "Tenant").objects.filter(slug=slug).first()
         if tenant is None:
             raise CommandError(f"No tenant {slug!r}; create it with `manage.py createtenant {slug}`.")
         return tenant
@@ -32,7 +32,7 @@ class TenantCommand(BaseCommand):
         if not username:
             return None
         membership = (
-            apps.get_model("knowledge", "Membership")
+            apps.get_model("core", "Membership")
             .objects.for_tenant(tenant)
             .select_related("user")
             .filter(user__username=username)

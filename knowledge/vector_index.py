@@ -199,7 +199,7 @@ def tenant_vector_indexes_prune(*, tenant_id: int | None = None) -> list[str]:
     ``knowledge.services.tenants.tenant_delete``; a tenant deleted any other way leaves an
     index whose predicate matches no row (ids are never reused): harmless until pruned.
     """
-    from knowledge.models import Tenant
+    from core.models import Tenant
 
     indexes = tenant_vector_indexes(tenant_id=tenant_id)
     if tenant_id is None:

@@ -60,7 +60,7 @@ def questions_generate(llm, *, heading: str, text: str, n: int) -> tuple[list[st
     Raises ``LLMError`` when the endpoint fails, and ``LLMBadOutput`` when the reply holds no
     usable question.
     """
-    from retrieval.llm import LLMBadOutput
+    from llm import LLMBadOutput
 
     passage = f"{heading}\n\n{text}" if heading and not text.startswith(heading) else text
     messages = [

@@ -22,11 +22,12 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from core.errors import InvalidInput
+from core.models import Tenant
 from knowledge.enrichment.keyphrases import keyphrases_extract
 from knowledge.enrichment.models import ChunkEnrichment, field_text
 from knowledge.enrichment.questions import questions_generate
-from knowledge.models import Chunk, Tenant
-from retrieval.types import Usage
+from knowledge.models import Chunk
+from llm import Usage
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +96,7 @@ def enrichment_enqueue(*, tenant: Tenant, report) -> None:
 def _configured_llm():
     if settings.KB_ENRICHMENT_QUESTIONS <= 0:
         return None
-    from retrieval import llm as llm_api
+    import llm as llm_api
 
     return llm_api.configured_llm()
 
@@ -163,7 +164,7 @@ def chunks_enrich(
 
 def _batch_enrich(batch: list[tuple[int, str, str]], *, llm, n: int, usage: Usage, timings: dict) -> list[dict]:
     """The rows ``_STORE`` takes for ``batch`` (``(chunk id, heading, text)``): keyphrases, and questions when ``llm``."""
-    from retrieval.llm import LLMError
+    from llm import LLMError
 
     t = time.perf_counter()
     keyphrases = [keyphrases_extract(text) for _, _, text in batch]

@@ -36,11 +36,12 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 
 from core.errors import InvalidInput
+from core.models import Tenant
 from knowledge.embedders import get_embedder
-from knowledge.ingestion.tokenizer import count_tokens
-from knowledge.models import SUMMARY_ORDINAL, Chunk, DocumentVersion, Tenant
+from knowledge.models import SUMMARY_ORDINAL, Chunk, DocumentVersion
 from knowledge.summaries.extractive import BodyChunk, summary_extract
 from knowledge.summaries.llm import summary_clean, summary_messages
+from llm.tokenizer import count_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -137,7 +138,7 @@ def _resolve_llm(method: str, llm) -> tuple[object | None, str]:
     if method == "extractive":
         return None, ""
     if llm is CONFIGURED:
-        from retrieval.llm import configured_llm
+        from llm import configured_llm
 
         llm = configured_llm()
     if llm is None:
@@ -219,7 +220,7 @@ def _drafts_load(tenant: Tenant, version_ids: list[int], *, embedder_key: str) -
 
 def _drafts_write(drafts: list[_Draft], *, state: _LLMState, wanted_llm: bool, max_tokens: int) -> None:
     """Fill each draft's text: the LLM's summary when there is one to call, else (or on failure) extractive."""
-    from retrieval.llm import LLMBadOutput, LLMEmptyReply, LLMError
+    from llm import LLMBadOutput, LLMEmptyReply, LLMError
 
     if state.client is not None and drafts:
 

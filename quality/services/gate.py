@@ -22,7 +22,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from core.errors import ApplicationError, InvalidInput, PermissionDenied
-from knowledge.models import Membership, Tenant
+from core.models import Membership, Tenant
 from quality.models import ConfigChange
 from quality.selectors import judgment_lists_to_gate, quality_tolerance
 from quality.services.compare import metrics_delta

@@ -1,4 +1,4 @@
-"""Entry point of the local LLM server: ``python -m retrieval.local_llm_server <llama_cpp.server args>``.
+"""Entry point of the local LLM server: ``python -m llm.local_server <llama_cpp.server args>``.
 
 It runs ``llama_cpp.server`` with llama.cpp's extra buffer types (weight repacking) turned
 off: on CPUs with AMX, ggml's AMX matrix kernels crash the server on the first inference
