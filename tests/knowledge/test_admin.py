@@ -12,11 +12,11 @@ TENANT_MODELS = [Document, DocumentVersion, Chunk, Source]
 
 
 def changelist(model):
-    return reverse(f"admin:knowledge_{model._meta.model_name}_changelist")
+    return reverse(f"admin:{model._meta.app_label}_{model._meta.model_name}_changelist")
 
 
 def change_page(obj):
-    return reverse(f"admin:knowledge_{obj._meta.model_name}_change", args=[obj.pk])
+    return reverse(f"admin:{obj._meta.app_label}_{obj._meta.model_name}_change", args=[obj.pk])
 
 
 def tenant_of(row):
