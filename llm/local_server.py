@@ -3,7 +3,7 @@
 It runs ``llama_cpp.server`` with llama.cpp's extra buffer types (weight repacking) turned
 off: on CPUs with AMX, ggml's AMX matrix kernels crash the server on the first inference
 (SIGSEGV in ``ggml_backend_amx_mul_mat``), and the tiny model gains nothing from repacking.
-Imports neither Django nor the project's apps.
+Needs no Django settings and imports none of the apps.
 """
 
 from __future__ import annotations
