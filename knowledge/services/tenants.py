@@ -7,6 +7,7 @@ from django.db import transaction
 from core.errors import InvalidInput
 from core.models import Tenant
 from knowledge.models import Source
+from knowledge.vector_index import tenant_vector_indexes_prune
 
 
 def tenant_delete(*, tenant: Tenant) -> None:
@@ -16,8 +17,6 @@ def tenant_delete(*, tenant: Tenant) -> None:
     statistics); the tenant's vector indexes (``knowledge.vector_index``) are dropped after it,
     concurrently when no transaction is open, so other tenants' searches never wait on them.
     """
-    from knowledge.vector_index import tenant_vector_indexes_prune
-
     tenant_id = tenant.pk
     with transaction.atomic():
         Tenant.objects.filter(pk=tenant_id).delete()
