@@ -80,7 +80,7 @@ def base_sentences(limit: int | None = None) -> list[Sentence]:
     (and its one-off embedding) cheaper at the price of fewer distinct sentences.
     """
     from knowledge.ingestion.splitters import sentence_offsets
-    from knowledge.ingestion.tokenizer import count_tokens
+    from llm.tokenizer import count_tokens
 
     sentences = []
     for index, (title, text) in enumerate(base_documents()):
@@ -445,8 +445,9 @@ def dense_overlap(tenant, vectors: np.ndarray, *, limit: int = 100, ef_search: i
 
 def tenant_fresh(slug: str):
     """A new empty tenant ``slug`` (an existing one is deleted first) with a source ``corpus``."""
-    from knowledge.models import Tenant
-    from knowledge.services.tenants import source_get_or_create, tenant_create, tenant_delete
+    from core.models import Tenant
+    from core.services import tenant_create
+    from knowledge.services.tenants import source_get_or_create, tenant_delete
 
     for old in Tenant.objects.filter(slug=slug):
         tenant_delete(tenant=old)
@@ -479,7 +480,8 @@ def tenant_of_size(slug: str, size: int, *, sentences, vectors, seed: int, index
 
     from django.conf import settings
 
-    from knowledge.models import Chunk, Tenant
+    from core.models import Tenant
+    from knowledge.models import Chunk
     from knowledge.vector_index import tenant_vector_index_ensure
 
     record = Path(settings.KB_DATA_DIR) / "bench-cache" / f"{slug}.json"

@@ -35,9 +35,10 @@ def main() -> None:
     from django.contrib.auth import get_user_model
     from django.db import transaction
 
+    from core.models import Membership, Tenant
     from knowledge.access import access_group_save
     from knowledge.embedders import get_embedder
-    from knowledge.models import AccessRule, Chunk, Document, Membership, Tenant
+    from knowledge.models import AccessRule, Chunk, Document
     from retrieval.search import chunk_search
 
     parser = argparse.ArgumentParser()

@@ -159,9 +159,11 @@ def speed(backends: list[str], *, chunks: int, rounds: int, queries: int) -> dic
 def tenant_for(dataset, *, name: str, slug: str):
     """The tenant ``slug`` with ``dataset`` ingested (unchanged documents are not re-embedded) and
     its judgment list (like ``retrieval_quality.tenant_for``, with its own tenant names)."""
+    from core.models import Tenant
+    from core.services import tenant_create
     from knowledge.ingestion.splitters import get_splitter
-    from knowledge.models import Source, Tenant
-    from knowledge.services import documents_ingest, source_get_or_create, tenant_create
+    from knowledge.models import Source
+    from knowledge.services import documents_ingest, source_get_or_create
     from quality.models import JudgmentList
     from quality.services import judgment_list_import
 
@@ -205,7 +207,7 @@ def quality_child(*, backend: str, docs_backend: str, datasets: list[str]) -> di
 def quality(backends: list[str], datasets: list[str], *, keep: bool, save) -> dict:
     """Run ``quality_child`` per dataset and backend (and ONNX queries on torch documents), each in
     a subprocess; ``save(results)`` is called after each, so an interrupted run keeps what it has."""
-    from knowledge.models import Tenant
+    from core.models import Tenant
 
     runs = [(b, b) for b in backends]
     if "torch" in backends:

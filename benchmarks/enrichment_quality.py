@@ -28,8 +28,9 @@ def log(message: str) -> None:
 
 def main() -> None:
     django_setup()
+    from core.models import Tenant
     from knowledge.enrichment.services import chunks_enrich
-    from knowledge.models import Chunk, ChunkEnrichment, Tenant
+    from knowledge.models import Chunk, ChunkEnrichment
     from quality.importers import dataset_load
     from quality.services import evaluation_run
     from retrieval.search import SearchConfig

@@ -23,19 +23,14 @@ def main() -> None:
     django_setup()
     from django.conf import settings
 
+    from core.models import Tenant
+    from core.services import tenant_create
     from knowledge.dedup.services import near_duplicates_refresh
     from knowledge.embedders import get_embedder
     from knowledge.enrichment.services import chunks_enrich
     from knowledge.ingestion.readers import read_path
     from knowledge.ingestion.splitters import get_splitter
-    from knowledge.models import Tenant
-    from knowledge.services import (
-        collect_files,
-        documents_ingest,
-        embedding_input,
-        source_get_or_create,
-        tenant_create,
-    )
+    from knowledge.services import collect_files, documents_ingest, embedding_input, source_get_or_create
 
     parser = argparse.ArgumentParser()
     default = next(iter(sorted((settings.KB_DATA_DIR / "downloads").glob("django-*/docs"))), None)

@@ -66,8 +66,10 @@ def tenant_prepare(clients: int) -> tuple[list[str], str, list[str], dict]:
     """
     from rest_framework.authtoken.models import Token
 
-    from knowledge.models import Chunk, Document, Membership, Tenant
-    from knowledge.services import documents_ingest, membership_create, source_get_or_create, tenant_create
+    from core.models import Membership, Tenant
+    from core.services import membership_create, tenant_create
+    from knowledge.models import Chunk, Document
+    from knowledge.services import documents_ingest, source_get_or_create
     from quality.importers import dataset_load
 
     dataset = dataset_load(name="hotpotqa", paths=sorted(HOTPOTQA.glob("*.json")))

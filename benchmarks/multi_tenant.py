@@ -108,7 +108,8 @@ def main() -> None:
     django_setup()
     import _corpus
 
-    from knowledge.models import Chunk, Tenant
+    from core.models import Tenant
+    from knowledge.models import Chunk
     from knowledge.services.tenants import tenant_delete
     from knowledge.vector_index import TENANT_INDEX_MIN_CHUNKS, tenant_vector_indexes
 

@@ -151,11 +151,12 @@ def ingest(tenant, args, settings) -> dict:
 
 
 def run(args, settings) -> dict:
+    from core.models import Tenant
+    from core.services import tenant_create
     from knowledge.dedup.models import NearDuplicatePair
     from knowledge.dedup.near import candidate_pairs, jaccard, shingles
     from knowledge.dedup.services import near_duplicates_refresh
-    from knowledge.models import Chunk, DocumentVersion, Tenant
-    from knowledge.services import tenant_create
+    from knowledge.models import Chunk, DocumentVersion
 
     tenant = Tenant.objects.filter(slug=TENANT).first() or tenant_create(slug=TENANT, name="Near-duplicates bench")
     try:

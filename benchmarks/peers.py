@@ -100,7 +100,8 @@ def bench_tenant(dataset, *, rebuild: bool):
     and its chunk count: ``retrieval_quality.py``'s tenant, with its judgment list."""
     from retrieval_quality import tenant_for
 
-    from knowledge.models import Chunk, Tenant
+    from core.models import Tenant
+    from knowledge.models import Chunk
 
     if rebuild:
         Tenant.objects.filter(slug=TENANT).delete()

@@ -83,9 +83,10 @@ def bench_tenant():
     """The ``bench-personal`` tenant: Django's howto folder and REF_PAGES as sources, and the askers."""
     from django.conf import settings
 
+    from core.models import Tenant
+    from core.services import membership_create, tenant_create
     from demo.services import DOCS_URL, django_docs_download
-    from knowledge.models import Tenant
-    from knowledge.services import membership_create, paths_ingest, source_get_or_create, tenant_create
+    from knowledge.services import paths_ingest, source_get_or_create
 
     docs = django_docs_download(downloads=settings.KB_DATA_DIR / "downloads", log=log)
     tenant = Tenant.objects.filter(slug="bench-personal").first() or tenant_create(slug="bench-personal")
@@ -220,7 +221,7 @@ def _dev_users(tenant, name: str, judgments) -> dict:
     """The dataset tenant's two members, made afresh: one without a profile, one with a profile and history."""
     from django.contrib.auth import get_user_model
 
-    from knowledge.services import membership_create
+    from core.services import membership_create
     from people.services import profile_update
     from retrieval.config import MAX_QUERY_CHARS
     from retrieval.feedback import feedback_give
@@ -270,7 +271,7 @@ def shared_dev(names: list[str], *, keep: bool, datasets_dir: Path) -> dict:
     from django.test import override_settings
     from retrieval_quality import tenant_for
 
-    from knowledge.models import Tenant
+    from core.models import Tenant
     from quality.importers import dataset_load
     from quality.metrics import query_metrics
     from quality.models import Judgment

@@ -48,7 +48,8 @@ def markdown(results: dict) -> str:
 
 def main() -> None:
     django_setup()
-    from knowledge.models import Chunk, Tenant
+    from core.models import Tenant
+    from knowledge.models import Chunk
     from quality.importers import dataset_load
     from quality.services import evaluation_run
 

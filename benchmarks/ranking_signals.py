@@ -111,7 +111,7 @@ def dataset_variant(*, tenant, judgments, duplicates, overrides: dict) -> dict:
 
 
 def datasets_measure(names: list[str], *, keep: bool) -> dict:
-    from knowledge.models import Tenant
+    from core.models import Tenant
     from quality.importers import dataset_load
     from quality.models import Judgment
     from quality.services.runs import _duplicate_documents
@@ -140,7 +140,8 @@ def datasets_measure(names: list[str], *, keep: bool) -> dict:
 
 
 def demo_measure(slug: str) -> dict:
-    from knowledge.models import Chunk, Source, Tenant
+    from core.models import Tenant
+    from knowledge.models import Chunk, Source
     from retrieval.pipeline import pipeline_retrieve
 
     tenant = Tenant.objects.filter(slug=slug).first()
@@ -202,8 +203,8 @@ def latency_measure(slug: str, *, rounds: int) -> dict:
 
     from search_latency import percentile
 
+    from core.models import Tenant
     from knowledge.embedders import get_embedder
-    from knowledge.models import Tenant
     from retrieval.pipeline import pipeline_retrieve
 
     tenant = Tenant.objects.get(slug=slug)
@@ -236,9 +237,10 @@ def mini_demo_build(slug: str) -> str:
     """The tenant ``slug`` holding ``MINI_DEMO`` (the demo's sources over part of Django's docs)."""
     from django.conf import settings
 
+    from core.models import Tenant
+    from core.services import tenant_create
     from demo.services import DOCS_URL, SOURCES, django_docs_download
-    from knowledge.models import Tenant
-    from knowledge.services import paths_ingest, source_get_or_create, tenant_create
+    from knowledge.services import paths_ingest, source_get_or_create
 
     tenant = Tenant.objects.filter(slug=slug).first() or tenant_create(slug=slug, name="Demo subset")
     docs = django_docs_download(downloads=settings.KB_DATA_DIR / "downloads", log=log)

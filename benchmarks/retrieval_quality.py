@@ -55,9 +55,11 @@ def tenant_for(dataset, *, name: str, slug: str | None = None, retrieval_config:
     """The benchmark tenant for ``name`` (slug ``bench-<name>`` unless given) with the dataset
     ingested (reused while unchanged) and its judgment list: ``(tenant, judgment list, report)``.
     ``retrieval_config`` (when given) is saved on the tenant before ingesting."""
+    from core.models import Tenant
+    from core.services import tenant_create
     from knowledge.ingestion.splitters import get_splitter
-    from knowledge.models import Source, Tenant
-    from knowledge.services import documents_ingest, source_get_or_create, tenant_create
+    from knowledge.models import Source
+    from knowledge.services import documents_ingest, source_get_or_create
     from quality.models import JudgmentList
     from quality.services import judgment_list_import
 
@@ -125,7 +127,8 @@ def main() -> None:
     django_setup()
     from dataclasses import replace
 
-    from knowledge.models import Chunk, Tenant
+    from core.models import Tenant
+    from knowledge.models import Chunk
     from quality.importers import dataset_load
     from quality.services import evaluation_run
     from retrieval.search import SearchConfig

@@ -74,9 +74,10 @@ def dev_set_recall(*, keep: bool) -> dict:
     """
     import _corpus
 
+    from core.models import Tenant
     from knowledge.embedders import get_embedder
     from knowledge.ingestion.splitters import get_splitter
-    from knowledge.models import Chunk, Tenant
+    from knowledge.models import Chunk
     from knowledge.services import documents_ingest
     from knowledge.services.tenants import tenant_delete
     from knowledge.vector_index import tenant_vector_indexes
@@ -119,7 +120,7 @@ def dev_set_exactness(slug: str) -> dict | None:
     with the questions of its judgment lists; ``None`` when the tenant does not exist."""
     import _corpus
 
-    from knowledge.models import Tenant
+    from core.models import Tenant
     from quality.models import Judgment
 
     tenant = Tenant.objects.filter(slug=slug).first()

@@ -56,9 +56,10 @@ def main() -> None:
     from django.db import transaction
     from django.test import override_settings
 
+    from core.models import Tenant
     from core.rls import tenant_context
     from knowledge.embedders import get_embedder
-    from knowledge.models import Chunk, Document, Tenant
+    from knowledge.models import Chunk, Document
     from retrieval.search import chunk_search
 
     parser = argparse.ArgumentParser()

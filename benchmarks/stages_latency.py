@@ -27,8 +27,8 @@ EVERY_STAGE = {"diversity": "caps", "themes": "on", "enrichment_weight": 0.1, "i
 
 def main() -> None:
     django_setup()
+    from core.models import Tenant
     from knowledge.embedders import get_embedder
-    from knowledge.models import Tenant
     from retrieval.search import chunk_search
 
     parser = argparse.ArgumentParser()

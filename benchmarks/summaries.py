@@ -127,9 +127,11 @@ def quality(name: str, *, modes: list[str], broad: int) -> dict:
 
 def throughput(documents: int, rounds: int) -> dict:
     """Ingestion with summaries off vs on (ingestion + the summary task), interleaved."""
+    from core.models import Tenant
+    from core.services import tenant_create
     from knowledge.ingestion.splitters import get_splitter
-    from knowledge.models import Source, Tenant
-    from knowledge.services import documents_ingest, source_get_or_create, tenant_create
+    from knowledge.models import Source
+    from knowledge.services import documents_ingest, source_get_or_create
     from knowledge.summaries.services import summaries_refresh
     from quality.importers import dataset_load
 
@@ -163,7 +165,7 @@ def throughput(documents: int, rounds: int) -> dict:
 
 def main() -> None:
     django_setup()
-    from knowledge.models import Tenant
+    from core.models import Tenant
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS))

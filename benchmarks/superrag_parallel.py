@@ -64,7 +64,7 @@ class DelayedLLM(BaseHTTPRequestHandler):
 def main() -> None:
     django_setup()
     from knowledge.models import Chunk
-    from retrieval.llm import LLMClient
+    from llm import LLMClient
     from retrieval.stages.rerank.llm_scoring import candidates_score
     from retrieval.types import SearchResult
 

@@ -17,7 +17,8 @@ from search_latency import QUESTIONS, percentile
 
 def main() -> None:
     django_setup()
-    from knowledge.models import Chunk, Tenant
+    from core.models import Tenant
+    from knowledge.models import Chunk
     from retrieval.models import Trace
     from retrieval.pipeline import pipeline_answer
 

@@ -32,10 +32,12 @@ def main() -> None:
     from psycopg import sql
 
     import retrieval.pipeline as pipeline_module
+    from core.models import Tenant
+    from core.services import tenant_create
     from demo.releases import AS_OF_BETWEEN, CHANGED_FACTS, PAGES, RELEASES, fact_check, releases_ingest
     from knowledge.embedders import get_embedder
-    from knowledge.models import Chunk, Document, DocumentVersion, Tenant
-    from knowledge.services import source_get_or_create, tenant_create
+    from knowledge.models import Chunk, Document, DocumentVersion
+    from knowledge.services import source_get_or_create
     from retrieval.pipeline import pipeline_answer
     from retrieval.search import chunk_search
     from retrieval.stages.retrieve.filters import RetrievalFilter

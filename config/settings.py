@@ -58,6 +58,7 @@ INSTALLED_APPS = [
     "axes",
     "csp",
     "django_htmx",  # htmx for the portal, shipped as a static file (no front-end build)
+    "core",  # tenancy: tenants, memberships, membership tokens
     "knowledge",
     "retrieval",
     "quality",
@@ -251,7 +252,7 @@ LOGOUT_REDIRECT_URL = "portal:login"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "knowledge.authentication.MembershipTokenAuthentication",  # DRF tokens and membership tokens
+        "core.authentication.MembershipTokenAuthentication",  # DRF tokens and membership tokens
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

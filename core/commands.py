@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from django.apps import apps
 from django.core.management.base import BaseCommand, CommandError
 
 from core.errors import ApplicationError
+from core.models import Membership, Tenant
 
 
 class TenantCommand(BaseCommand):
@@ -19,8 +19,8 @@ class TenantCommand(BaseCommand):
 
     @staticmethod
     def tenant(slug: str):
-        """The ``knowledge.Tenant`` with ``slug``; ``CommandError`` naming the fix if there is none."""
-        tenant = apps.get_model("knowledge", "Tenant").objects.filter(slug=slug).first()
+        """The ``core.Tenant`` with ``slug``; ``CommandError`` naming the fix if there is none."""
+        tenant = Tenant.objects.filter(slug=slug).first()
         if tenant is None:
             raise CommandError(f"No tenant {slug!r}; create it with `manage.py createtenant {slug}`.")
         return tenant
@@ -32,11 +32,7 @@ class TenantCommand(BaseCommand):
         if not username:
             return None
         membership = (
-            apps.get_model("knowledge", "Membership")
-            .objects.for_tenant(tenant)
-            .select_related("user")
-            .filter(user__username=username)
-            .first()
+            Membership.objects.for_tenant(tenant).select_related("user").filter(user__username=username).first()
         )
         if membership is None:
             raise CommandError(f"No member {username!r} in tenant {tenant.slug!r}.")

@@ -15,6 +15,6 @@ class TenantScopedQuerySet(models.QuerySet):
     tenant_path = "tenant"
 
     def for_tenant(self, tenant):
-        """Rows belonging to ``tenant`` (a ``knowledge.Tenant`` or its id), and no others."""
+        """Rows belonging to ``tenant`` (a ``core.Tenant`` or its id), and no others."""
         tenant_id = tenant if isinstance(tenant, int) else tenant.pk
         return self.filter(**{f"{self.tenant_path}_id": tenant_id})

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
 
+from core.models import Tenant
 from demo.services import django_docs_download
 from knowledge.ingestion.readers import read_path
-from knowledge.models import Source, Tenant
+from knowledge.models import Source
 from knowledge.services import IngestReport, documents_ingest
 
 

@@ -17,8 +17,9 @@ from pathlib import Path
 from django.contrib.auth.models import Permission
 
 from core.errors import ApplicationError
-from knowledge.models import Tenant
-from knowledge.services import IngestReport, membership_create, paths_ingest, source_get_or_create, tenant_create
+from core.models import Tenant
+from core.services import membership_create, tenant_create
+from knowledge.services import IngestReport, paths_ingest, source_get_or_create
 
 DJANGO_VERSION = "5.2.19"
 DOCS_URL = "https://docs.djangoproject.com/en/5.2/"
@@ -67,7 +68,7 @@ def demo_tenant_setup(*, slug: str = TENANT_SLUG) -> Tenant:
         user = membership_create(tenant=tenant, username=username, password=password, role=role, staff=role == "admin")
         if role == "admin":
             user.user_permissions.set(
-                Permission.objects.filter(content_type__app_label__in=["knowledge", "quality", "retrieval"])
+                Permission.objects.filter(content_type__app_label__in=["core", "knowledge", "quality", "retrieval"])
             )
     return tenant
 

@@ -28,7 +28,8 @@ from django.db.models import Count, Q, QuerySet
 from psycopg import sql
 
 from core.errors import InvalidInput, NotFound, PermissionDenied
-from knowledge.models import AccessGroup, AccessRule, Document, Membership, Source, Tenant
+from core.models import Membership, Tenant
+from knowledge.models import AccessGroup, AccessRule, Document, Source
 
 BYPASS_ROLES = (Membership.Role.OWNER, Membership.Role.ADMIN)
 

@@ -4,9 +4,10 @@ Tenant isolation (superusers see every tenant, tenant admins their own) lives in
 ``core.admin.TenantScopedAdmin``, which goes through the models' ``for_tenant`` managers.
 
 Like any staff user, a tenant admin sees only the models they hold Django permissions for:
-grant the ``knowledge`` app's model permissions (view/change/delete on Document, Source,
-Membership, Tenant; view on DocumentVersion, Chunk, IngestionJob) to the tenant admins' users
-or group. The demo setup grants them.
+grant the ``knowledge`` app's model permissions (view/change/delete on Document, Source; view on
+DocumentVersion, Chunk, IngestionJob) and the ``core`` app's (view/change on Membership, Tenant)
+to the tenant admins' users or group. The demo setup grants them. Tenants and memberships are
+administered in ``core.admin``.
 
 Documents, versions and chunks are written by ingestion, so the admin never adds them: versions
 are read-only except their publication date, chunks are read-only (embeddings never appear in a
@@ -21,8 +22,9 @@ from django.db.models import Count
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
-from core.admin import UNSCOPED, ReadOnlyAdminMixin, TenantScopedAdmin, TenantScopedForm, admin_tenant
+from core.admin import ReadOnlyAdminMixin, TenantScopedAdmin, TenantScopedForm
 from core.errors import ApplicationError
+from core.models import Membership
 from knowledge.access import access_rule_check
 from knowledge.models import (
     AccessGroup,
@@ -32,68 +34,10 @@ from knowledge.models import (
     Document,
     DocumentVersion,
     IngestionJob,
-    Membership,
     Source,
-    Tenant,
 )
 from knowledge.services.deletion import document_delete
 from knowledge.services.versions import versions_prune
-
-# --- Tenants and members -----------------------------------------------------------------------
-
-
-@admin.register(Tenant)
-class TenantAdmin(admin.ModelAdmin):
-    list_display = ["slug", "name", "embedder", "member_count", "document_count", "created_at"]
-    search_fields = ["slug", "name"]
-    date_hierarchy = "created_at"
-
-    def get_queryset(self, request):
-        queryset = (
-            super()
-            .get_queryset(request)
-            .annotate(
-                member_count=Count("memberships", distinct=True),
-                document_count=Count("documents", distinct=True),
-            )
-        )
-        tenant = admin_tenant(request)
-        if tenant is UNSCOPED:
-            return queryset
-        return queryset.filter(pk=tenant.pk) if tenant is not None else queryset.none()
-
-    def get_readonly_fields(self, request, obj=None):
-        # Retrieval settings change through the quality gate (quality's "Propose retrieval
-        # settings"), which first evaluates them on the tenant's judgment lists and refuses bad
-        # values; a new tenant starts with the defaults, so the add form cannot store a bad value either.
-        gated = ["retrieval_config"]
-        if request.user.is_superuser:
-            return ["created_at", *gated]
-        # Changing the embedder needs a re-embed of every chunk: a superuser's job.
-        return ["slug", "embedder", "created_at", *gated]
-
-    def has_add_permission(self, request):
-        return request.user.is_superuser and super().has_add_permission(request)
-
-    def has_delete_permission(self, request, obj=None):
-        return request.user.is_superuser and super().has_delete_permission(request, obj)
-
-    @admin.display(description="members", ordering="member_count")
-    def member_count(self, obj):
-        return obj.member_count
-
-    @admin.display(description="documents", ordering="document_count")
-    def document_count(self, obj):
-        return obj.document_count
-
-
-@admin.register(Membership)
-class MembershipAdmin(TenantScopedAdmin):
-    list_display = ["user", "tenant", "role"]
-    list_filter = ["tenant", "role"]
-    list_select_related = ["user", "tenant"]
-    search_fields = ["user__username", "user__email", "tenant__slug"]
-
 
 # --- Sources and documents ---------------------------------------------------------------------
 
@@ -352,6 +296,3 @@ class AccessRuleAdmin(TenantScopedAdmin):
     list_filter = ["tenant", ("source", admin.RelatedOnlyFieldListFilter), ("group", admin.RelatedOnlyFieldListFilter)]
     list_select_related = ["tenant", "source", "document", "group", "user"]
     search_fields = ["document__title", "source__name", "group__name", "user__username"]
-
-
-from knowledge import admin_memberships  # noqa: E402, F401  (user memberships inline, membership tokens)

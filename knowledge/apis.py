@@ -22,8 +22,9 @@ from rest_framework.views import APIView
 
 from core.api import ERRORS, BoundedLimitOffsetPagination, ErrorSerializer
 from core.errors import PermissionDenied
-from knowledge.memberships import membership_for_request, tenant_for_request
-from knowledge.models import IngestionJob, Membership
+from core.memberships import membership_for_request, tenant_for_request
+from core.models import Membership
+from knowledge.models import IngestionJob
 from knowledge.selectors import (
     document_get,
     document_list,

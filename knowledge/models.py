@@ -1,4 +1,4 @@
-"""Tenants, their sources, documents, document versions and chunks.
+"""Sources of a tenant (``core.Tenant``), their documents, document versions and chunks.
 
 Every table holding tenant data reaches its tenant in one hop, and every read goes through
 ``TenantScopedQuerySet.for_tenant`` or the selectors, which call it.
@@ -19,68 +19,6 @@ class VersionQuerySet(TenantScopedQuerySet):
     tenant_path = "document__tenant"
 
 
-class Tenant(models.Model):
-    """A team: the unit of isolation. ``embedder`` names the embedding model its chunks use."""
-
-    slug = models.SlugField(max_length=64, unique=True)
-    name = models.CharField(max_length=200)
-    embedder = models.CharField(
-        max_length=200,
-        default="local",
-        help_text="'local' (all-MiniLM-L6-v2) or 'openai:<model>'. Changing it needs a re-embed.",
-    )
-    retrieval_config = models.JSONField(
-        default=dict,
-        blank=True,
-        help_text='Overrides of retrieval defaults, e.g. {"fusion": "weighted", "dense_weight": 0.7}.',
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    def __str__(self) -> str:
-        return self.slug
-
-
-class Membership(models.Model):
-    """A user's role in a tenant. A user may belong to several tenants, once each
-    (``membership_unique_user_tenant``); which one a request acts in is
-    ``knowledge.memberships.membership_for_request``."""
-
-    class Role(models.TextChoices):
-        """What a member may do: viewers ask; members also give feedback and keep their history
-        (conversations); editors also upload and curate documents; admins and owners also manage
-        sources, members and settings."""
-
-        OWNER = "owner", "Owner"
-        ADMIN = "admin", "Admin"
-        EDITOR = "editor", "Editor"
-        MEMBER = "member", "Member"
-        VIEWER = "viewer", "Viewer"
-
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
-    role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
-
-    objects = TenantScopedQuerySet.as_manager()
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["user", "tenant"], name="membership_unique_user_tenant"),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.user} @ {self.tenant} ({self.role})"
-
-    @property
-    def can_edit(self) -> bool:
-        """May upload, change and delete documents."""
-        return self.role in (self.Role.OWNER, self.Role.ADMIN, self.Role.EDITOR)
-
-    @property
-    def can_participate(self) -> bool:
-        """May give feedback and keep a history of conversations (every role but viewer)."""
-        return self.role != self.Role.VIEWER
-
-
 class Source(models.Model):
     """Where documents come from. ``reliability`` is in [0, 1]; ``half_life_days`` drives recency."""
 
@@ -90,7 +28,7 @@ class Source(models.Model):
         WEB = "web", "Web"
         DATASET = "dataset", "Dataset"
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="sources")
+    tenant = models.ForeignKey("core.Tenant", on_delete=models.CASCADE, related_name="sources")
     name = models.CharField(max_length=200)
     kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.FILES)
     reliability = models.FloatField(default=1.0)
@@ -126,7 +64,7 @@ class Source(models.Model):
 class Document(models.Model):
     """A document of a tenant, identified within the tenant by ``external_id`` (a path or URI)."""
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="documents")
+    tenant = models.ForeignKey("core.Tenant", on_delete=models.CASCADE, related_name="documents")
     source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="documents")
     external_id = models.CharField(max_length=1000)
     uri = models.CharField(max_length=2000, blank=True)
@@ -228,7 +166,7 @@ class Chunk(models.Model):
         BODY = "body", "Body"
         SUMMARY = "summary", "Summary"
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="chunks")
+    tenant = models.ForeignKey("core.Tenant", on_delete=models.CASCADE, related_name="chunks")
     version = models.ForeignKey(DocumentVersion, on_delete=models.CASCADE, related_name="chunks")
     ordinal = models.PositiveIntegerField()
     heading = models.CharField(max_length=500, blank=True, help_text="Document title and section path.")
@@ -311,7 +249,7 @@ class IngestionJob(models.Model):
         DONE = "done", "Done"
         FAILED = "failed", "Failed"
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="ingestion_jobs")
+    tenant = models.ForeignKey("core.Tenant", on_delete=models.CASCADE, related_name="ingestion_jobs")
     source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="ingestion_jobs")
     file_name = models.CharField(max_length=500)
     stored_path = models.CharField(max_length=2000)
@@ -352,7 +290,7 @@ class TermStatistic(models.Model):
     so it stays exact whatever path inserts or deletes chunks. Not edited by application code.
     """
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    tenant = models.ForeignKey("core.Tenant", on_delete=models.CASCADE, related_name="+")
     lexeme = models.TextField()
     df = models.IntegerField()
     # Upper bounds over the lexeme's current postings, for MaxScore's per-lexeme score bound
@@ -385,7 +323,7 @@ class Posting(models.Model):
     pk = models.CompositePrimaryKey("tenant_id", "lexeme", "chunk_id")
     # No index of its own: the primary key's index starts with tenant_id.
     tenant = models.ForeignKey(
-        Tenant, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+        "core.Tenant", on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
     )
     lexeme = models.TextField()
     # No index of its own either: postings are always reached by (tenant, lexeme[, chunk]), and a
@@ -411,7 +349,7 @@ class CorpusStatistic(models.Model):
     Maintained by the same triggers as ``TermStatistic``.
     """
 
-    tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="+")
+    tenant = models.OneToOneField("core.Tenant", on_delete=models.CASCADE, related_name="+")
     chunk_count = models.BigIntegerField(default=0)
     term_count = models.BigIntegerField(default=0)
 
@@ -454,7 +392,7 @@ class AccessGroup(models.Model):
     and the admin form; a user who leaves the tenant no longer matters, see ``knowledge.access``).
     """
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="access_groups")
+    tenant = models.ForeignKey("core.Tenant", on_delete=models.CASCADE, related_name="access_groups")
     name = models.CharField(max_length=200)
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="access_groups")
     created_at = models.DateTimeField(auto_now_add=True)
@@ -479,7 +417,7 @@ class AccessRule(models.Model):
     and the document itself allow the reader (``knowledge.access``).
     """
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="access_rules")
+    tenant = models.ForeignKey("core.Tenant", on_delete=models.CASCADE, related_name="access_rules")
     source = models.ForeignKey(Source, null=True, blank=True, on_delete=models.CASCADE, related_name="access_rules")
     document = models.ForeignKey(Document, null=True, blank=True, on_delete=models.CASCADE, related_name="access_rules")
     group = models.ForeignKey(AccessGroup, null=True, blank=True, on_delete=models.CASCADE, related_name="rules")
@@ -515,6 +453,3 @@ class AccessRule(models.Model):
         target = f"source {self.source}" if self.source_id else f"document {self.document}"
         grantee = f"group {self.group}" if self.group_id else f"user {self.user}"
         return f"{target} → {grantee}"
-
-
-from knowledge.tokens import MembershipToken  # noqa: E402, F401  (a model of this app, kept in its own module)

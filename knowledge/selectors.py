@@ -6,14 +6,15 @@ from django.db.models import Count, IntegerField, Max, OuterRef, Prefetch, Query
 from django.db.models.functions import Coalesce
 
 from core.errors import InvalidInput, NotFound, PermissionDenied
+from core.models import Membership, Tenant
 from core.rls import rls_bypass, rls_request_bind
 from knowledge.access import access_scope_get, documents_visible, sources_visible
-from knowledge.models import Chunk, Document, DocumentVersion, IngestionJob, Membership, Source, Tenant
+from knowledge.models import Chunk, Document, DocumentVersion, IngestionJob, Source
 
 
 def membership_for_user(user) -> Membership:
     """The user's only membership, for code without a request (commands, tasks); a request
-    resolves its tenant with ``knowledge.memberships.membership_for_request``.
+    resolves its tenant with ``core.memberships.membership_for_request``.
     ``PermissionDenied`` if the user has no tenant, ``InvalidInput`` if they have several.
 
     Resolving a tenant binds the request's row-level-security scope to it

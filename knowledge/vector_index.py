@@ -29,8 +29,8 @@ import re
 from django.db import connection
 from psycopg import sql
 
+from core.models import Tenant
 from core.rls import rls_bypass
-from knowledge.models import Tenant
 
 # Chunks of one embedder a tenant needs before it gets its own HNSW index. The exact scan reads
 # every row's embedding through TOAST (~16 us a row), so HNSW wins from a few hundred chunks on

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from datetime import date, datetime
 
 from core.errors import InvalidInput, NotFound
-from knowledge.models import DocumentVersion, Tenant
+from core.models import Tenant
+from knowledge.models import DocumentVersion
 
 
 def as_of_parse(value) -> date | None:

@@ -10,8 +10,9 @@ from __future__ import annotations
 from django.conf import global_settings
 from django.db import models
 
+from core.models import Membership
 from core.tenancy import TenantScopedQuerySet
-from knowledge.models import Membership, Source
+from knowledge.models import Source
 
 
 class ProfileQuerySet(TenantScopedQuerySet):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db import transaction
 
 from core.errors import InvalidInput
-from knowledge.memberships import membership_get
+from core.memberships import membership_get
 from knowledge.models import Source
 from knowledge.selectors import membership_for_user
 from people.models import Profile

@@ -31,7 +31,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseClientRedirect
 
 from core.errors import ApplicationError, NotFound, PermissionDenied
-from knowledge.memberships import membership_choose, membership_for_request, tenant_for_request
+from core.memberships import membership_choose, membership_for_request, tenant_for_request
 from knowledge.selectors import (
     chunk_list_for_version,
     document_get,
@@ -106,7 +106,7 @@ class ProfileForm(forms.Form):
 
 def tenant_required(view):
     """Sign-in required; the view receives the tenant chosen in the session (the user's first by
-    slug until they switch: ``knowledge.memberships``) after ``request``, or a 403 page.
+    slug until they switch: ``core.memberships``) after ``request``, or a 403 page.
 
     An htmx request of a signed-out user (session expired) is sent to the sign-in page as a whole
     page (``HX-Redirect``), not swapped into a fragment; a 403 for htmx is a one-line alert.

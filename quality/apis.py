@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api import ERRORS, ErrorSerializer
-from knowledge.memberships import tenant_for_request
+from core.memberships import tenant_for_request
 from quality.models import ConfigChange
 from quality.selectors import config_change_get
 from quality.services import config_change_override, config_change_propose

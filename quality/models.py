@@ -11,8 +11,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from core.models import Tenant
 from core.tenancy import TenantScopedQuerySet
-from knowledge.models import Tenant
 
 
 class JudgmentListQuerySet(TenantScopedQuerySet):
@@ -92,7 +92,7 @@ class JudgmentGeneration(models.Model):
     sources) are drawn, stratified by source, in an order fixed by ``seed``. ``progress_done``
     counts the questions accepted out of ``progress_total`` (the sample size, or fewer when the
     tenant has fewer chunks); ``rejected`` the LLM's questions that were empty, unparseable or
-    quoted their chunk; ``usage`` the LLM usage (``retrieval.types.Usage.as_dict()``). When done,
+    quoted their chunk; ``usage`` the LLM usage (``llm.Usage.as_dict()``). When done,
     ``judgment_list`` is the list it stored. One generation per (tenant, seed, sample, source):
     starting it again returns it (and restarts it only when it failed or its list was deleted).
     """

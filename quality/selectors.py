@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from core.errors import NotFound
-from knowledge.models import Tenant
+from core.models import Tenant
 from quality.models import ConfigChange, EvaluationRun, JudgmentList, QualityPolicy
 
 DEFAULT_TOLERANCE = 0.005

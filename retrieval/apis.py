@@ -8,7 +8,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api import ERRORS, ErrorSerializer
-from knowledge.memberships import tenant_for_request
+from core.memberships import tenant_for_request
 from knowledge.selectors import source_ids_for_names
 from retrieval.config import MAX_QUERY_CHARS, MODES
 from retrieval.conversations import conversation_ask

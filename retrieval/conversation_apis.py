@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api import ERRORS, BoundedLimitOffsetPagination
-from knowledge.memberships import tenant_for_request
+from core.memberships import tenant_for_request
 from retrieval.conversations import conversation_delete
 from retrieval.selectors import conversation_get, conversation_list
 

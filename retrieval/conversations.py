@@ -12,7 +12,7 @@ from django.db import transaction
 from django.db.models import Max
 
 from core.errors import PermissionDenied
-from knowledge.memberships import membership_get
+from core.memberships import membership_get
 from retrieval.models import Conversation, Turn
 from retrieval.pipeline import AnswerRun, pipeline_answer
 from retrieval.selectors import conversation_get

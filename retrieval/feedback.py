@@ -18,7 +18,7 @@ from django.db.models.functions import TruncWeek
 from django.utils import timezone
 
 from core.errors import InvalidInput, PermissionDenied
-from knowledge.memberships import membership_get
+from core.memberships import membership_get
 from knowledge.models import Document, Source
 from retrieval.models import Feedback
 from retrieval.personalization import personal_signals_forget

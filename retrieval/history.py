@@ -16,7 +16,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 
 from core.errors import NotFound
-from knowledge.models import Chunk, Document, Membership, Source
+from core.models import Membership
+from knowledge.models import Chunk, Document, Source
 from retrieval.models import CitationOpen, Trace
 
 

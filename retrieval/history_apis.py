@@ -8,7 +8,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api import ERRORS
-from knowledge.memberships import tenant_for_request
+from core.memberships import tenant_for_request
 from retrieval.history import citation_open
 
 

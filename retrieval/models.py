@@ -12,8 +12,9 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from core.models import Tenant
 from core.tenancy import TenantScopedQuerySet
-from knowledge.models import Document, Source, Tenant
+from knowledge.models import Document, Source
 
 
 class TraceStepQuerySet(TenantScopedQuerySet):

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from django.core.cache import cache
 from django.db.models import Count, Q
 
-from knowledge.models import Membership, Source
+from core.models import Membership
+from knowledge.models import Source
 from people.models import Profile
 from retrieval.history import history_questions
 from retrieval.models import CitationOpen, Feedback

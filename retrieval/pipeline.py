@@ -40,14 +40,14 @@ from django.conf import settings
 
 from core.errors import InvalidInput
 from knowledge.access import access_scope_get
+from llm import Usage, configured_llm
 from retrieval.config import MAX_QUERY_CHARS, MODES, SearchConfig
 from retrieval.flows import KINDS, flow_for, ranking_for
-from retrieval.llm import configured_llm
 from retrieval.run import RunContext
 from retrieval.stages import pack
 from retrieval.stages.retrieve.filters import RetrievalFilter
 from retrieval.stages.score import score_stage
-from retrieval.types import Answer, QueryPlan, SearchResult, Step, Usage
+from retrieval.types import Answer, QueryPlan, SearchResult, Step
 
 # name -> (flow kind, rewrite stages). A flow kind is how retrieval and generation are wired
 # (``retrieval.flows``); rewrite stages run first in every kind.

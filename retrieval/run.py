@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from contextlib import contextmanager
 
-from retrieval.llm import LLMBadOutput, LLMEmptyReply, LLMError
+from llm import LLMBadOutput, LLMEmptyReply, LLMError, Usage
 from retrieval.stages import pack
 from retrieval.stages.fuse import candidates_fuse, results_fetch
 from retrieval.stages.generate.cited import NOT_FOUND, answer_generate, answer_stream
@@ -24,7 +24,7 @@ from retrieval.stages.rewrite.expand import query_expand_llm, query_expand_rm3
 from retrieval.stages.rewrite.hyde import query_hyde
 from retrieval.stages.rewrite.rephrase import query_rephrase
 from retrieval.stages.themes import results_by_theme
-from retrieval.types import Answer, Passage, QueryPlan, SearchResult, Step, Usage
+from retrieval.types import Answer, Passage, QueryPlan, SearchResult, Step
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.views import APIView
 
 from core.api import ERRORS
-from knowledge.memberships import tenant_for_request
+from core.memberships import tenant_for_request
 from retrieval.apis import AskApi
 from retrieval.conversations import conversation_ask
 from retrieval.streaming import CONTENT_TYPE, HEADERS, answer_events

@@ -21,8 +21,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.errors import InvalidInput
+from llm import Usage
 from retrieval.models import Trace, TraceStep
-from retrieval.types import Step, Usage
+from retrieval.types import Step
 
 MAX_SUMMARY_ITEMS = 50  # items kept of any list (or mapping) in a summary
 MAX_SUMMARY_CHARS = 2000  # characters kept of any string in a summary

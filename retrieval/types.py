@@ -3,7 +3,7 @@
 A run is: question -> rewrite (``QueryPlan``) -> retrieve (``CandidateLists``) -> fuse and
 rerank (``list[SearchResult]``) -> pack (``list[Passage]``) -> generate (``Answer``). Every stage
 also reports a ``Step`` (name, milliseconds, a compact JSON summary) for the run's trace, and
-LLM stages add their calls to the run's ``Usage``.
+LLM stages add their calls to the run's ``Usage`` (``llm.Usage``).
 """
 
 from __future__ import annotations
@@ -11,32 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from llm import Usage
+
 Ranking = list[tuple[int, float]]  # (chunk id, score), best first
-
-
-@dataclass
-class Usage:
-    """LLM usage of a run or a stage: calls, prompt/completion tokens and cost in US dollars."""
-
-    llm_calls: int = 0
-    tokens_in: int = 0
-    tokens_out: int = 0
-    cost_usd: float = 0.0
-
-    def add(self, other: Usage) -> None:
-        """Add ``other``'s counts to this one (in place)."""
-        self.llm_calls += other.llm_calls
-        self.tokens_in += other.tokens_in
-        self.tokens_out += other.tokens_out
-        self.cost_usd += other.cost_usd
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "llm_calls": self.llm_calls,
-            "tokens_in": self.tokens_in,
-            "tokens_out": self.tokens_out,
-            "cost_usd": round(self.cost_usd, 6),
-        }
 
 
 @dataclass

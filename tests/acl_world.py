@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from core.models import Membership, Tenant
 from knowledge.access import access_group_save, access_rule_grant
 from knowledge.ingestion.readers import ReadDocument
-from knowledge.models import Document, Membership, Source, Tenant
+from knowledge.models import Document, Source
 from knowledge.services import documents_ingest
 from tests.factories import MembershipFactory, SourceFactory, TenantFactory
 

@@ -107,7 +107,7 @@ def member(tenant):
 
 @pytest.fixture
 def admin_member(tenant):
-    from knowledge.models import Membership
+    from core.models import Membership
 
     membership = MembershipFactory(tenant=tenant, role=Membership.Role.ADMIN)
     membership.user.is_staff = True
@@ -125,7 +125,7 @@ def free_port() -> int:
 @pytest.fixture(scope="session")
 def local_llm_url():
     """The ``/v1`` URL of the real local LLM server (llama.cpp + Gemma 3 270M, model ``gemma-3-270m``)."""
-    from retrieval.local_llm import local_llm_start
+    from llm.local import local_llm_start
 
     port = free_port()
     process = local_llm_start(settings.KB_DATA_DIR, port=port)

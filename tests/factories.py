@@ -3,7 +3,8 @@
 import factory
 from django.contrib.auth import get_user_model
 
-from knowledge.models import Membership, Source, Tenant
+from core.models import Membership, Tenant
+from knowledge.models import Source
 
 
 class TenantFactory(factory.django.DjangoModelFactory):

@@ -23,7 +23,7 @@ class MinHashSignature(models.Model):
     shingle set (0 for a text without words).
     """
 
-    tenant = models.ForeignKey("knowledge.Tenant", on_delete=models.CASCADE, related_name="+")
+    tenant = models.ForeignKey("core.Tenant", on_delete=models.CASCADE, related_name="+")
     version = models.OneToOneField("knowledge.DocumentVersion", on_delete=models.CASCADE, related_name="minhash")
     hashvalues = models.BinaryField()
     num_perm = models.PositiveIntegerField()
@@ -42,7 +42,7 @@ class NearDuplicateCluster(models.Model):
     Retrieval collapses a cluster to its freshest member (``published_at``, then ingestion time).
     """
 
-    tenant = models.ForeignKey("knowledge.Tenant", on_delete=models.CASCADE, related_name="near_duplicate_clusters")
+    tenant = models.ForeignKey("core.Tenant", on_delete=models.CASCADE, related_name="near_duplicate_clusters")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -55,7 +55,7 @@ class NearDuplicateCluster(models.Model):
 class NearDuplicateMember(models.Model):
     """A current version in a cluster; a version is in at most one cluster."""
 
-    tenant = models.ForeignKey("knowledge.Tenant", on_delete=models.CASCADE, related_name="+")
+    tenant = models.ForeignKey("core.Tenant", on_delete=models.CASCADE, related_name="+")
     cluster = models.ForeignKey(NearDuplicateCluster, on_delete=models.CASCADE, related_name="members")
     version = models.OneToOneField(
         "knowledge.DocumentVersion", on_delete=models.CASCADE, related_name="near_duplicate_member"
@@ -85,7 +85,7 @@ class NearDuplicatePair(models.Model):
         DUPLICATE = "duplicate", "Near-duplicate"
         NOT_DUPLICATE = "not_duplicate", "Not a duplicate"
 
-    tenant = models.ForeignKey("knowledge.Tenant", on_delete=models.CASCADE, related_name="+")
+    tenant = models.ForeignKey("core.Tenant", on_delete=models.CASCADE, related_name="+")
     older = models.ForeignKey("knowledge.DocumentVersion", on_delete=models.CASCADE, related_name="+")
     newer = models.ForeignKey("knowledge.DocumentVersion", on_delete=models.CASCADE, related_name="+")
     jaccard = models.FloatField(help_text="Exact Jaccard similarity of the two versions' word shingles.")

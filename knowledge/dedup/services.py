@@ -21,6 +21,7 @@ from django.db import transaction
 from django.db.models import Q
 
 from core.errors import InvalidInput
+from core.models import Tenant
 from knowledge.dedup.models import MinHashSignature, NearDuplicateCluster, NearDuplicateMember, NearDuplicatePair
 from knowledge.dedup.near import (
     NUM_PERM,
@@ -33,7 +34,7 @@ from knowledge.dedup.near import (
     signature_from_bytes,
     signatures,
 )
-from knowledge.models import DocumentVersion, Tenant
+from knowledge.models import DocumentVersion
 
 logger = logging.getLogger(__name__)
 

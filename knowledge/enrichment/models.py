@@ -35,7 +35,7 @@ class ChunkEnrichment(models.Model):
         db_constraint=False,
         related_name="enrichment",
     )
-    tenant = models.ForeignKey("knowledge.Tenant", on_delete=models.CASCADE, related_name="+")
+    tenant = models.ForeignKey("core.Tenant", on_delete=models.CASCADE, related_name="+")
     keyphrases = models.JSONField(default=list, blank=True)
     questions = models.JSONField(default=list, blank=True)
     method = models.CharField(max_length=200)
@@ -81,7 +81,7 @@ class EnrichmentPosting(models.Model):
 
     pk = models.CompositePrimaryKey("tenant_id", "lexeme", "chunk_id")
     tenant = models.ForeignKey(
-        "knowledge.Tenant", on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+        "core.Tenant", on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
     )
     lexeme = models.TextField()
     chunk = models.ForeignKey(
@@ -113,7 +113,7 @@ class EnrichmentTermStatistic(models.Model):
     """
 
     pk = models.CompositePrimaryKey("tenant_id", "lexeme")
-    tenant = models.ForeignKey("knowledge.Tenant", on_delete=models.CASCADE, related_name="+")
+    tenant = models.ForeignKey("core.Tenant", on_delete=models.CASCADE, related_name="+")
     lexeme = models.TextField()
     df = models.IntegerField()
 
@@ -132,7 +132,7 @@ class EnrichmentCorpusStatistic(models.Model):
     """How many of a tenant's chunks have a non-empty enrichment field, and their total length
     in lexemes (the field's N and average length). Kept by the same triggers."""
 
-    tenant = models.OneToOneField("knowledge.Tenant", primary_key=True, on_delete=models.CASCADE, related_name="+")
+    tenant = models.OneToOneField("core.Tenant", primary_key=True, on_delete=models.CASCADE, related_name="+")
     chunk_count = models.BigIntegerField(default=0)
     term_count = models.BigIntegerField(default=0)
 

@@ -12,7 +12,7 @@ failure is an ``LLMError``, which the caller records and degrades from (keyphras
 
 from __future__ import annotations
 
-from retrieval.llm import LLMBadOutput
+from llm import LLMBadOutput
 
 MAX_QUESTION_CHARS = 300
 PASSAGE_MAX_CHARS = 4000

@@ -21,16 +21,16 @@ import time
 from django.conf import settings
 from django.db import connection, transaction
 
+import llm as llm_api
 from core.errors import InvalidInput
+from core.models import Tenant
 from core.queue import task_enqueue
 from knowledge import task_names
 from knowledge.enrichment.keyphrases import keyphrases_extract
 from knowledge.enrichment.models import ChunkEnrichment, field_text
 from knowledge.enrichment.questions import questions_generate
-from knowledge.models import Chunk, Tenant
-from retrieval import llm as llm_api
-from retrieval.llm import LLMError
-from retrieval.types import Usage
+from knowledge.models import Chunk
+from llm import LLMError, Usage
 
 logger = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from typing import Protocol
 import blingfire
 
 from knowledge.ingestion.readers import ReadDocument
-from knowledge.ingestion.tokenizer import count_tokens, get_encoding
+from llm.tokenizer import count_tokens, get_encoding
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """Writes to the knowledge base (services); reads live in ``knowledge.selectors``.
 
-``tenants``: tenants, memberships, sources. ``ingestion``: idempotent, versioned ingestion with
-exact-duplicate detection. ``uploads``: ingestion jobs (API uploads, queued files) under leases.
-``deletion``: documents.
+``tenants``: sources, and deleting a tenant (creating tenants and memberships is
+``core.services``). ``ingestion``: idempotent, versioned ingestion with exact-duplicate detection.
+``uploads``: ingestion jobs (API uploads, queued files) under leases. ``deletion``: documents.
 """
 
 from knowledge.services.deletion import document_delete
@@ -16,7 +16,7 @@ from knowledge.services.ingestion import (
     paths_ingest,
     version_reindex,
 )
-from knowledge.services.tenants import membership_create, source_get_or_create, tenant_create
+from knowledge.services.tenants import source_get_or_create
 from knowledge.services.uploads import (
     TRANSIENT_ERRORS,
     IngestionJobBusy,
@@ -41,11 +41,9 @@ __all__ = [
     "ingestion_job_fail",
     "ingestion_job_run",
     "ingestion_jobs_recover",
-    "membership_create",
     "paths_enqueue",
     "paths_ingest",
     "source_get_or_create",
-    "tenant_create",
     "upload_ingest",
     "version_reindex",
     "worker_id_default",

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 from core.errors import NotFound
-from knowledge.models import (
-    Document,
-    DocumentVersion,
-    Tenant,
-)
+from core.models import Tenant
+from knowledge.models import Document, DocumentVersion
 from knowledge.services.ingestion import version_reindex
 
 

@@ -33,19 +33,14 @@ from django.conf import settings
 from django.db import DataError, IntegrityError, connection, transaction
 
 from core.errors import InvalidInput
+from core.models import Tenant
 from core.queue import task_enqueue
 from knowledge import task_names
 from knowledge.embedders import Embedder, get_embedder
 from knowledge.enrichment.services import enrichment_enqueue
 from knowledge.ingestion.readers import SUPPORTED_EXTENSIONS, ReadDocument, read_path
 from knowledge.ingestion.splitters import Span, Splitter, get_splitter
-from knowledge.models import (
-    Chunk,
-    Document,
-    DocumentVersion,
-    Source,
-    Tenant,
-)
+from knowledge.models import Chunk, Document, DocumentVersion, Source
 from knowledge.services.versions import versions_prune
 from knowledge.summaries.services import summaries_enqueue
 from knowledge.vector_index import tenant_vector_index_ensure, vector_index_ensure

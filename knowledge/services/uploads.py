@@ -31,15 +31,12 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from core.errors import ApplicationError, InvalidInput, PayloadTooLarge, UpstreamError
+from core.models import Tenant
 from core.queue import task_send
 from knowledge import task_names
 from knowledge.ingestion.readers import read_bytes, read_path
 from knowledge.ingestion.splitters import get_splitter
-from knowledge.models import (
-    IngestionJob,
-    Source,
-    Tenant,
-)
+from knowledge.models import IngestionJob, Source
 from knowledge.services.ingestion import IngestReport, collect_files, documents_ingest
 from knowledge.services.tenants import source_get_or_create
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from knowledge.ingestion.splitters import sentence_offsets
-from knowledge.ingestion.tokenizer import count_tokens, get_encoding
+from llm.tokenizer import count_tokens, get_encoding
 
 DAMPING = 0.85
 

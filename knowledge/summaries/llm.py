@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import re
 
-from knowledge.ingestion.tokenizer import get_encoding
 from knowledge.summaries.extractive import _clip
+from llm.tokenizer import get_encoding
 
 _PREFIX = re.compile(r"^\s*(?:\*\*)?(?:summary|here is a summary[^:]*)\s*:?\s*(?:\*\*)?\s*:?\s*", re.IGNORECASE)
 _DELIMITER = re.compile(r"</?document\b[^>]*>", re.IGNORECASE)

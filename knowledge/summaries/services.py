@@ -35,16 +35,17 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 
+import llm as llm_api
 from core.errors import InvalidInput
+from core.models import Tenant
 from core.queue import task_enqueue
 from knowledge import task_names
 from knowledge.embedders import get_embedder
-from knowledge.ingestion.tokenizer import count_tokens
-from knowledge.models import SUMMARY_ORDINAL, Chunk, DocumentVersion, Tenant
+from knowledge.models import SUMMARY_ORDINAL, Chunk, DocumentVersion
 from knowledge.summaries.extractive import BodyChunk, summary_extract
 from knowledge.summaries.llm import summary_clean, summary_messages
-from retrieval import llm as llm_api
-from retrieval.llm import LLMBadOutput, LLMEmptyReply, LLMError
+from llm import LLMBadOutput, LLMEmptyReply, LLMError
+from llm.tokenizer import count_tokens
 
 logger = logging.getLogger(__name__)
 

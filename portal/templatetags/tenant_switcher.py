@@ -6,7 +6,7 @@ from __future__ import annotations
 from django import template
 
 from core.errors import ApplicationError
-from knowledge.memberships import membership_for_request, membership_list
+from core.memberships import membership_for_request, membership_list
 
 register = template.Library()
 

@@ -15,9 +15,9 @@ from dataclasses import replace
 from statistics import fmean
 
 from core.errors import InvalidInput
+from llm import configured_llm
 from quality.models import EvaluationRun, Judgment, JudgmentList
 from retrieval.config import MAX_QUERY_CHARS, MODES
-from retrieval.llm import configured_llm
 from retrieval.pipeline import pipeline_answer, pipeline_spec
 from retrieval.stages.score import answer_scores
 

@@ -22,8 +22,8 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from core.errors import ApplicationError, InvalidInput, PermissionDenied
+from core.models import Membership, Tenant
 from core.queue import task_enqueue
-from knowledge.models import Membership, Tenant
 from quality import task_names
 from quality.models import ConfigChange
 from quality.selectors import judgment_lists_to_gate, quality_tolerance

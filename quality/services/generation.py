@@ -30,15 +30,15 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+import llm as llm_api
 from core.errors import ApplicationError, InvalidInput
+from core.models import Tenant
 from core.queue import task_enqueue
-from knowledge.models import Chunk, Source, Tenant
+from knowledge.models import Chunk, Source
+from llm import LLMBadOutput, LLMEmptyReply, LLMError, Usage
 from quality import task_names
 from quality.models import JudgmentGeneration, JudgmentList
 from quality.services.judgments import judgment_list_import
-from retrieval import llm as llm_api
-from retrieval.llm import LLMBadOutput, LLMEmptyReply, LLMError
-from retrieval.types import Usage
 
 logger = logging.getLogger(__name__)
 
@@ -249,7 +249,7 @@ def _fail(generation_id: int, message: str) -> None:
 def judgment_list_generate(*, generation_id: int, llm=None) -> JudgmentGeneration:
     """Run pending generation ``generation_id``: sample chunks, ask questions, store the list.
 
-    ``llm`` (an ``LLMClient``; default ``retrieval.llm.configured_llm()``) writes the questions.
+    ``llm`` (an ``LLMClient``; default ``llm.configured_llm()``) writes the questions.
     Each source's share of the sample (``strata_allocate``) is filled from its chunks in the
     seed's order; a rejected question (``question_problem``, or an unparseable reply) is
     replaced by the source's next chunk, up to ``ATTEMPTS_PER_QUESTION`` chunks per wanted

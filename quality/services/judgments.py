@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from django.db import IntegrityError, transaction
 
 from core.errors import InvalidInput
-from knowledge.models import Tenant
+from core.models import Tenant
 from quality.importers import JudgedQuery
 from quality.models import Judgment, JudgmentList
 

@@ -24,9 +24,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from core.errors import InvalidInput, NotFound
+from core.models import Tenant
+from core.services import tenant_create
 from knowledge.ingestion.splitters import get_splitter
-from knowledge.models import DocumentVersion, Source, Tenant
-from knowledge.services import documents_ingest, source_get_or_create, tenant_create
+from knowledge.models import DocumentVersion, Source
+from knowledge.services import documents_ingest, source_get_or_create
 from quality.importers import Dataset
 from quality.metrics import documents_from_chunks, metrics_aggregate, query_metrics
 from quality.models import EvaluationRun, Judgment, JudgmentList

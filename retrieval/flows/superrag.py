@@ -20,8 +20,8 @@ import time
 from dataclasses import replace
 
 from knowledge.models import Source
+from llm import LLMBadOutput, LLMEmptyReply
 from retrieval.flows.base import Flow
-from retrieval.llm import LLMBadOutput, LLMEmptyReply
 from retrieval.run import RunContext, generate_stage, retrieval_stages
 from retrieval.stages.generate.cited import NOT_FOUND
 from retrieval.stages.rerank.llm_scoring import (

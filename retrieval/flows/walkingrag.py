@@ -33,8 +33,8 @@ import time
 
 from django.conf import settings
 
+from llm import LLMError
 from retrieval.flows.base import Flow
-from retrieval.llm import LLMError
 from retrieval.run import RunContext, generate_stage
 from retrieval.stages.fuse import candidates_fuse, results_fetch
 from retrieval.stages.generate.walking import Fact, facts_extract

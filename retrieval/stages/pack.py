@@ -18,7 +18,8 @@ import re
 
 from django.db.models import Q
 
-from knowledge.models import Chunk, DocumentVersion, Tenant
+from core.models import Tenant
+from knowledge.models import Chunk, DocumentVersion
 from retrieval.types import Passage, SearchResult
 
 STRATEGIES = ("top_n", "window")

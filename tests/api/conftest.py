@@ -4,7 +4,8 @@ import pytest
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from knowledge.models import Document, IngestionJob, Membership
+from core.models import Membership
+from knowledge.models import Document, IngestionJob
 from tests.factories import MembershipFactory
 
 

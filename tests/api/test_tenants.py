@@ -6,9 +6,10 @@ from django.core.management import call_command
 from django.db import IntegrityError
 from rest_framework.test import APIClient
 
-from knowledge.memberships import membership_token_create
-from knowledge.models import Document, Membership
-from knowledge.services import membership_create
+from core.memberships import membership_token_create
+from core.models import Membership
+from core.services import membership_create
+from knowledge.models import Document
 from tests.api.conftest import client_for
 from tests.factories import MembershipFactory, TenantFactory
 
@@ -185,7 +186,7 @@ def test_the_membershiptoken_command_refuses_a_tenant_the_user_is_not_in(member,
 
 
 def test_resolving_the_tenant_costs_one_query_per_request(both, corpus, rf, django_assert_num_queries):
-    from knowledge.memberships import membership_for_request, tenant_for_request
+    from core.memberships import membership_for_request, tenant_for_request
 
     request = rf.get("/api/v1/documents/", HTTP_X_TENANT=corpus.slug)
     request.user, request.session = both, {}

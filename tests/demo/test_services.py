@@ -1,7 +1,8 @@
 from django.contrib.auth import get_user_model
 
+from core.models import Membership, Tenant
 from demo.services import SOURCES, demo_setup, django_docs_download
-from knowledge.models import Document, Membership, Tenant
+from knowledge.models import Document
 
 
 def test_demo_setup_creates_the_tenant_its_two_users_and_five_sources(downloads, db):

@@ -2,8 +2,9 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.urls import reverse
 
+from core.models import Membership, Tenant
 from knowledge.ingestion.readers import ReadDocument
-from knowledge.models import Chunk, Document, DocumentVersion, IngestionJob, Membership, Source, Tenant
+from knowledge.models import Chunk, Document, DocumentVersion, IngestionJob, Source
 from knowledge.services import documents_ingest
 from tests.factories import SourceFactory, UserFactory
 
@@ -11,11 +12,11 @@ TENANT_MODELS = [Document, DocumentVersion, Chunk, Source]
 
 
 def changelist(model):
-    return reverse(f"admin:knowledge_{model._meta.model_name}_changelist")
+    return reverse(f"admin:{model._meta.app_label}_{model._meta.model_name}_changelist")
 
 
 def change_page(obj):
-    return reverse(f"admin:knowledge_{obj._meta.model_name}_change", args=[obj.pk])
+    return reverse(f"admin:{obj._meta.app_label}_{obj._meta.model_name}_change", args=[obj.pk])
 
 
 def tenant_of(row):
@@ -25,7 +26,7 @@ def tenant_of(row):
 @pytest.fixture
 def tenant_admin(client, admin_member):
     """A staff user who is not a superuser, holding the knowledge app's model permissions."""
-    admin_member.user_permissions.set(Permission.objects.filter(content_type__app_label="knowledge"))
+    admin_member.user_permissions.set(Permission.objects.filter(content_type__app_label__in=["core", "knowledge"]))
     client.force_login(admin_member)
     return admin_member
 
@@ -139,4 +140,4 @@ def test_every_admin_changelist_and_change_page_renders(request, client, corpus,
         row = model.objects.first() if model is Tenant else model.objects.for_tenant(corpus).first()
         assert client.get(change_page(row)).status_code == 200, model
     assert client.get(reverse("admin:knowledge_source_add")).status_code == 200
-    assert client.get(reverse("admin:knowledge_membership_add")).status_code == 200
+    assert client.get(reverse("admin:core_membership_add")).status_code == 200

@@ -8,12 +8,13 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from core.errors import InvalidInput
+from core.models import Tenant
 from knowledge.enrichment.keyphrases import keyphrases_extract
 from knowledge.enrichment.services import chunks_enrich, enrichment_enabled
 from knowledge.ingestion.readers import ReadDocument
-from knowledge.models import Chunk, ChunkEnrichment, EnrichmentCorpusStatistic, EnrichmentPosting, Tenant
+from knowledge.models import Chunk, ChunkEnrichment, EnrichmentCorpusStatistic, EnrichmentPosting
 from knowledge.services import document_delete, documents_ingest
-from retrieval.llm import LLMBadOutput, LLMUnavailable
+from llm import LLMBadOutput, LLMUnavailable
 from tests.conftest import BIKE, PASTA
 from tests.retrieval.doubles import ScriptedLLM
 
@@ -210,8 +211,8 @@ def test_another_tenants_chunks_are_never_enriched_by_id(corpus, other_tenant_co
 
 
 def test_the_real_local_llm_writes_questions_or_its_failure_is_recorded(tenant, source, local_llm_url):
-    from retrieval.llm import LLMClient
-    from retrieval.local_llm import MODEL_ALIAS
+    from llm import LLMClient
+    from llm.local import MODEL_ALIAS
 
     documents_ingest(tenant=tenant, source=source, documents=[BIKE])
     llm = LLMClient(MODEL_ALIAS, base_url=local_llm_url, api_key="local", timeout_s=600)
@@ -245,7 +246,7 @@ def test_deleting_a_tenant_removes_its_enrichment_postings_and_statistics(corpus
 
 
 def test_deleting_a_document_through_the_api_under_row_level_security_keeps_the_statistics_exact(corpus):
-    from knowledge.models import Membership
+    from core.models import Membership
     from tests.api.conftest import client_for
     from tests.factories import MembershipFactory
 
@@ -263,7 +264,7 @@ def test_the_chunk_admin_page_shows_the_chunk_s_keyphrases_questions_and_method(
     from django.contrib.auth.models import Permission
     from django.urls import reverse
 
-    admin_member.user_permissions.set(Permission.objects.filter(content_type__app_label="knowledge"))
+    admin_member.user_permissions.set(Permission.objects.filter(content_type__app_label__in=["core", "knowledge"]))
     client.force_login(admin_member)
     chunks_enrich(tenant_id=corpus.pk, llm=ScriptedLLM(structured_reply={"questions": ["Why patch a tube?"]}))
     chunk = Chunk.objects.for_tenant(corpus).get(version__document__external_id=BIKE.external_id)

@@ -9,12 +9,12 @@ from django.core.management import CommandError, call_command
 
 from core.errors import InvalidInput
 from knowledge.ingestion.splitters import get_splitter
-from knowledge.ingestion.tokenizer import count_tokens
 from knowledge.models import SUMMARY_ORDINAL, Chunk
 from knowledge.services import documents_ingest
 from knowledge.summaries.extractive import BodyChunk, lexrank, summary_extract
 from knowledge.summaries.services import summaries_refresh, summaries_setting, versions_to_summarize
-from retrieval.llm import LLMBadOutput, LLMClient, LLMEmptyReply, LLMTimeout
+from llm import LLMBadOutput, LLMClient, LLMEmptyReply, LLMTimeout
+from llm.tokenizer import count_tokens
 from tests.conftest import BIKE, PASTA, TAXES
 from tests.factories import SourceFactory, TenantFactory
 from tests.retrieval.doubles import ScriptedLLM
@@ -273,7 +273,7 @@ def test_rebuilding_replaces_each_summary_in_place(sentence_corpus):
 
 def test_the_real_local_llm_writes_summaries_end_to_end(tenant, source, local_llm_url):
     from knowledge.ingestion.readers import ReadDocument
-    from retrieval.local_llm import MODEL_ALIAS
+    from llm.local import MODEL_ALIAS
 
     # One short two-sentence document and a short reply: the shared CPU makes the tiny model slow.
     ingest(

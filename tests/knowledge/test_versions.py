@@ -153,7 +153,7 @@ def test_an_admin_lowering_versions_kept_drops_old_chunks_at_once(client, tenant
     from django.contrib.auth.models import Permission
     from django.urls import reverse
 
-    admin_member.user_permissions.set(Permission.objects.filter(content_type__app_label="knowledge"))
+    admin_member.user_permissions.set(Permission.objects.filter(content_type__app_label__in=["core", "knowledge"]))
     client.force_login(admin_member)
     ingest(tenant, source, DATABASES_2023)
     ingest(tenant, source, DATABASES_2025)

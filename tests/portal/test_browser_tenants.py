@@ -8,7 +8,7 @@ import pytest
 from django.urls import reverse
 from playwright.sync_api import expect, sync_playwright
 
-from knowledge.models import Membership
+from core.models import Membership
 from tests.factories import MembershipFactory
 from tests.portal.test_browser import CHROMIUM, sign_in
 

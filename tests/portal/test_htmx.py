@@ -5,7 +5,8 @@ import pytest
 from django.contrib.staticfiles import finders
 from django.urls import reverse
 
-from knowledge.models import Document, Membership
+from core.models import Membership
+from knowledge.models import Document
 from retrieval.conversations import conversation_ask
 from retrieval.models import Conversation
 from tests.factories import MembershipFactory

@@ -4,8 +4,9 @@ every page (and the admin) acts in it; a tenant one does not belong to is never 
 import pytest
 from django.urls import reverse
 
-from knowledge.memberships import SESSION_KEY
-from knowledge.models import Document, Membership, Source
+from core.memberships import SESSION_KEY
+from core.models import Membership
+from knowledge.models import Document, Source
 from tests.factories import MembershipFactory, TenantFactory
 
 ASK = reverse("portal:ask")
@@ -122,7 +123,7 @@ def admin_of_both(both, corpus):
     Membership.objects.filter(user=both).update(role=Membership.Role.ADMIN)
     both.is_staff = True
     both.save()
-    both.user_permissions.set(Permission.objects.filter(content_type__app_label="knowledge"))
+    both.user_permissions.set(Permission.objects.filter(content_type__app_label__in=["core", "knowledge"]))
     return both
 
 

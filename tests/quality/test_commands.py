@@ -5,7 +5,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from knowledge.models import Tenant
+from core.models import Tenant
 from quality.models import EvaluationRun
 
 

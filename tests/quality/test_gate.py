@@ -6,8 +6,8 @@ from django.urls import reverse
 from rest_framework.test import APIClient
 
 from core.errors import InvalidInput, PermissionDenied
+from core.models import Membership
 from knowledge.ingestion.readers import ReadDocument
-from knowledge.models import Membership
 from knowledge.services import documents_ingest
 from quality.models import ConfigChange, EvaluationRun, QualityPolicy
 from quality.services import (

@@ -9,16 +9,17 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.urls import reverse
 
+from core.models import Tenant
 from knowledge.ingestion.readers import ReadDocument
-from knowledge.models import Chunk, Tenant
+from knowledge.models import Chunk
 from knowledge.services import documents_ingest
+from llm import LLMClient, LLMUnavailable
 from quality.models import EvaluationRun, JudgmentGeneration, JudgmentList
 from quality.services.generation import (
     judgment_generation_start,
     question_problem,
     strata_allocate,
 )
-from retrieval.llm import LLMClient, LLMUnavailable
 from tests.conftest import BIKE, PASTA, TAXES
 from tests.factories import SourceFactory, UserFactory
 from tests.retrieval.doubles import ScriptedLLM
@@ -70,9 +71,9 @@ def two_sources(tenant):
 
 @pytest.fixture
 def writer(monkeypatch):
-    """The configured LLM is a ``QuestionWriter`` (what ``retrieval.llm.configured_llm`` returns)."""
+    """The configured LLM is a ``QuestionWriter`` (what ``llm.configured_llm`` returns)."""
     llm = QuestionWriter(write=lambda passage: f"Which step comes first in the text about {passage.split()[0]}?")
-    monkeypatch.setattr("retrieval.llm.configured_llm", lambda: llm)
+    monkeypatch.setattr("llm.configured_llm", lambda: llm)
     return llm
 
 
@@ -143,7 +144,7 @@ def test_questions_that_quote_their_chunk_or_are_empty_are_rejected_and_replaced
         return " ".join(passage.split()[2:12]) if reply == "QUOTE" else reply
 
     llm = QuestionWriter(write=write)
-    monkeypatch.setattr("retrieval.llm.configured_llm", lambda: llm)
+    monkeypatch.setattr("llm.configured_llm", lambda: llm)
 
     generation = _generate(two_sources, django_capture_on_commit_callbacks, sample=2)
 
@@ -160,7 +161,7 @@ def test_when_no_question_is_usable_the_generation_fails_and_stores_no_list(
     two_sources, monkeypatch, django_capture_on_commit_callbacks
 ):
     llm = QuestionWriter(write=lambda passage: passage)  # the model echoes the passage
-    monkeypatch.setattr("retrieval.llm.configured_llm", lambda: llm)
+    monkeypatch.setattr("llm.configured_llm", lambda: llm)
 
     generation = _generate(two_sources, django_capture_on_commit_callbacks, sample=1)
 
@@ -193,7 +194,7 @@ def test_progress_is_recorded_after_each_question_until_done(
         seen.append(JudgmentGeneration.objects.values_list("status", "progress_done", "progress_total").get())
         return GOOD
 
-    monkeypatch.setattr("retrieval.llm.configured_llm", lambda: QuestionWriter(write=write, cost_usd=0.001))
+    monkeypatch.setattr("llm.configured_llm", lambda: QuestionWriter(write=write, cost_usd=0.001))
 
     generation = _generate(two_sources, django_capture_on_commit_callbacks)
 
@@ -207,12 +208,12 @@ def test_a_failing_llm_endpoint_fails_the_generation_and_a_new_start_retries_it(
     two_sources, monkeypatch, django_capture_on_commit_callbacks
 ):
     down = ScriptedLLM(structured_reply=LLMUnavailable("The LLM endpoint refused the connection."))
-    monkeypatch.setattr("retrieval.llm.configured_llm", lambda: down)
+    monkeypatch.setattr("llm.configured_llm", lambda: down)
     failed = _generate(two_sources, django_capture_on_commit_callbacks)
     assert failed.status == "failed" and "refused the connection" in failed.error
     assert not JudgmentList.objects.exists()
 
-    monkeypatch.setattr("retrieval.llm.configured_llm", lambda: QuestionWriter())
+    monkeypatch.setattr("llm.configured_llm", lambda: QuestionWriter())
     retried = _generate(two_sources, django_capture_on_commit_callbacks)
 
     assert retried.pk == failed.pk and retried.status == "done" and retried.error == ""
@@ -393,12 +394,12 @@ def test_the_real_local_llm_generates_a_two_question_list(
     local_llm_url,
     django_capture_on_commit_callbacks,
 ):
-    from retrieval.local_llm import MODEL_ALIAS
+    from llm.local import MODEL_ALIAS
 
     documents_ingest(tenant=tenant, source=SourceFactory(tenant=tenant, name="kitchen"), documents=[PASTA])
     documents_ingest(tenant=tenant, source=SourceFactory(tenant=tenant, name="garage"), documents=[BIKE])
     llm = LLMClient(MODEL_ALIAS, base_url=local_llm_url, api_key="local", timeout_s=600)
-    monkeypatch.setattr("retrieval.llm.configured_llm", lambda: llm)
+    monkeypatch.setattr("llm.configured_llm", lambda: llm)
 
     generation = _generate(tenant, django_capture_on_commit_callbacks, sample=2)
 

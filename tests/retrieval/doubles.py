@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 
-from retrieval.llm import Completion, LLMError
-from retrieval.types import Usage
+from llm import Completion, LLMError, Usage
 
 
 class ScriptedLLM:

@@ -93,8 +93,8 @@ def test_a_spent_budget_stops_escalation(corpus, settings):
 
 @pytest.mark.parametrize("threshold", [1.0])
 def test_the_adaptive_pipeline_runs_with_the_real_local_llm(corpus, local_llm_url, threshold):
-    from retrieval.llm import LLMClient
-    from retrieval.local_llm import MODEL_ALIAS
+    from llm import LLMClient
+    from llm.local import MODEL_ALIAS
 
     llm = LLMClient(MODEL_ALIAS, base_url=local_llm_url, api_key="local", timeout_s=600)
     run = pipeline_answer(

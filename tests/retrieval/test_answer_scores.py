@@ -7,8 +7,8 @@ from django.contrib.auth.models import Permission
 from django.template.loader import render_to_string
 from django.urls import reverse
 
+from llm import LLMBadOutput, LLMClient, LLMTimeout
 from retrieval.admin import TraceAdmin
-from retrieval.llm import LLMBadOutput, LLMClient, LLMTimeout
 from retrieval.models import Trace
 from retrieval.pipeline import pipeline_answer
 from retrieval.stages.generate.cited import NOT_FOUND
@@ -300,7 +300,7 @@ def test_the_trace_admin_lists_coverage_and_shows_the_scores(client, admin_membe
 
 
 def test_the_real_local_llm_judges_an_answer_and_the_trace_keeps_its_grades(corpus, local_llm_url):
-    from retrieval.local_llm import MODEL_ALIAS
+    from llm.local import MODEL_ALIAS
 
     llm = LLMClient(MODEL_ALIAS, base_url=local_llm_url, api_key="local", timeout_s=600, retries=0)
     run = pipeline_answer(tenant=corpus, question=QUESTION, use_llm=False, k=1, strategy="top_n", trace=False)

@@ -3,7 +3,7 @@
 import pytest
 
 from core.errors import InvalidInput
-from retrieval.llm import LLMClient, LLMTimeout
+from llm import LLMClient, LLMTimeout
 from retrieval.pipeline import pipeline_answer
 from retrieval.search import chunk_search
 from retrieval.stages.generate.cited import NOT_FOUND, answer_generate, cited_numbers
@@ -102,7 +102,7 @@ def test_the_generate_stage_alone_writes_a_cited_answer_from_passages(corpus):
 
 
 def test_the_real_local_llm_answers_from_the_context_end_to_end(corpus, local_llm_url):
-    from retrieval.local_llm import MODEL_ALIAS
+    from llm.local import MODEL_ALIAS
 
     llm = LLMClient(MODEL_ALIAS, base_url=local_llm_url, api_key="local", timeout_s=600)
     run = pipeline_answer(tenant=corpus, question="How long do I boil spaghetti?", llm=llm, k=2, strategy="top_n")

@@ -4,8 +4,8 @@ import pytest
 from django.urls import reverse
 
 from core.errors import NotFound
+from llm import LLMClient
 from retrieval.conversations import conversation_ask
-from retrieval.llm import LLMClient
 from retrieval.models import Conversation, Trace, Turn
 from retrieval.stages.rewrite.condense import carried_terms
 from tests.api.conftest import client_for
@@ -60,7 +60,7 @@ def test_a_follow_up_with_an_llm_is_rephrased_from_the_conversation(corpus, memb
 
 
 def test_an_llm_failure_while_condensing_falls_back_to_carried_terms(corpus, member):
-    from retrieval.llm import LLMUnavailable
+    from llm import LLMUnavailable
 
     first = conversation_ask(tenant=corpus, user=member, question=FIRST, use_llm=False)
     llm = ScriptedLLM(tool_reply=LLMUnavailable("The LLM endpoint refused the connection."))
@@ -81,7 +81,7 @@ def test_someone_elses_conversation_cannot_be_continued_and_nothing_is_stored(co
 
 
 def test_a_follow_up_with_the_real_local_llm_is_condensed_by_it(corpus, member, local_llm_url):
-    from retrieval.local_llm import MODEL_ALIAS
+    from llm.local import MODEL_ALIAS
 
     llm = LLMClient(MODEL_ALIAS, base_url=local_llm_url, api_key="local", timeout_s=600)
     first = conversation_ask(tenant=corpus, user=member, question=FIRST, use_llm=False)
@@ -175,7 +175,7 @@ def test_the_portal_refuses_someone_elses_conversation(client, corpus, member):
 
 @pytest.fixture
 def viewer(corpus):
-    from knowledge.models import Membership
+    from core.models import Membership
 
     return MembershipFactory(tenant=corpus, role=Membership.Role.VIEWER).user
 

@@ -9,12 +9,12 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
+from core.models import Membership
 from knowledge.ingestion.readers import ReadDocument
-from knowledge.models import Membership
 from knowledge.services import documents_ingest
+from llm import LLMClient
 from people.services import profile_update
 from retrieval.history import citation_open
-from retrieval.llm import LLMClient
 from retrieval.models import CitationOpen, Trace
 from retrieval.pipeline import pipeline_answer, pipeline_retrieve
 from retrieval.stages.generate.cited import SYSTEM_PROMPT
@@ -318,7 +318,7 @@ def test_a_profile_cannot_forge_the_asker_or_passage_delimiters(guides, member):
 
 
 def test_a_personalized_answer_with_the_real_local_llm_carries_the_user_layer(guides, member, local_llm_url):
-    from retrieval.local_llm import MODEL_ALIAS
+    from llm.local import MODEL_ALIAS
 
     _profiled(member)
     # A shared, loaded machine evaluates prompts slowly: one passage, and a long timeout.

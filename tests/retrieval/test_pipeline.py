@@ -7,8 +7,8 @@ import pytest
 from core.errors import InvalidInput
 from knowledge.ingestion.readers import ReadDocument
 from knowledge.services import documents_ingest
+from llm import LLMBadOutput, LLMClient, LLMUnavailable
 from retrieval.config import SearchConfig
-from retrieval.llm import LLMBadOutput, LLMClient, LLMUnavailable
 from retrieval.pipeline import PIPELINE_NAMES, pipeline_answer, pipeline_retrieve, pipeline_spec
 from retrieval.search import chunk_search
 from retrieval.stages.retrieve.filters import RetrievalFilter
@@ -235,7 +235,7 @@ def test_query_lexemes_are_postgres_english_lexemes(db):
 
 @pytest.mark.parametrize("pipeline", ["rephrase", "expand", "hyde", "advanced"])
 def test_each_llm_pipeline_answers_with_the_real_local_llm(corpus, local_llm_url, pipeline):
-    from retrieval.local_llm import MODEL_ALIAS
+    from llm.local import MODEL_ALIAS
 
     llm = LLMClient(MODEL_ALIAS, base_url=local_llm_url, api_key="local", timeout_s=600)
     run = pipeline_answer(tenant=corpus, question="How do I fix a flat bicycle tyre?", pipeline=pipeline, llm=llm, k=2)
@@ -280,7 +280,7 @@ def test_the_retrieve_and_fuse_stages_work_alone_on_a_query_plan(corpus):
 
 
 def test_the_real_local_llm_reading_an_injected_document_is_recorded_not_obeyed(corpus, source, local_llm_url):
-    from retrieval.local_llm import MODEL_ALIAS
+    from llm.local import MODEL_ALIAS
     from retrieval.models import Trace
 
     documents_ingest(tenant=corpus, source=source, documents=[INJECTION])

@@ -215,7 +215,7 @@ def test_a_bad_signal_setting_is_a_clear_error_naming_it(tenant, config, message
 def test_the_source_admin_edits_reliability_and_half_life(client, tenant, admin_member):
     from django.contrib.auth.models import Permission
 
-    admin_member.user_permissions.set(Permission.objects.filter(content_type__app_label="knowledge"))
+    admin_member.user_permissions.set(Permission.objects.filter(content_type__app_label__in=["core", "knowledge"]))
     client.force_login(admin_member)
     source = SourceFactory(tenant=tenant, name="blog")
     page = client.get(reverse("admin:knowledge_source_change", args=[source.pk]))

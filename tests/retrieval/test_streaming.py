@@ -87,8 +87,8 @@ def test_closing_the_stream_early_stops_the_run(corpus):
 
 
 def test_the_real_local_llm_streams_its_answer_as_token_events(corpus, local_llm_url):
-    from retrieval.llm import LLMClient
-    from retrieval.local_llm import MODEL_ALIAS
+    from llm import LLMClient
+    from llm.local import MODEL_ALIAS
     from retrieval.models import Trace
 
     class ShortLLM(LLMClient):

@@ -4,7 +4,7 @@ import pytest
 
 from knowledge.ingestion.readers import ReadDocument
 from knowledge.services import documents_ingest
-from retrieval.llm import LLMBadOutput, LLMClient, LLMTimeout, LLMUnavailable
+from llm import LLMBadOutput, LLMClient, LLMTimeout, LLMUnavailable
 from retrieval.pipeline import pipeline_answer, pipeline_retrieve, pipeline_spec
 from retrieval.stages.generate.cited import NOT_FOUND
 from retrieval.stages.generate.extractive import DEGRADED_LABEL
@@ -179,7 +179,7 @@ def test_the_superrag_pipeline_resolves_to_its_flow_with_fifty_candidates(tenant
 
 
 def test_superrag_runs_end_to_end_with_the_real_local_llm(corpus, local_llm_url):
-    from retrieval.local_llm import MODEL_ALIAS
+    from llm.local import MODEL_ALIAS
     from retrieval.models import Trace
 
     llm = LLMClient(MODEL_ALIAS, base_url=local_llm_url, api_key="local", concurrency=2, timeout_s=600)

@@ -15,12 +15,13 @@ from django.utils import timezone
 
 from config.celery import app as celery_app
 from core.errors import NotFound
+from llm import Usage
 from portal.views import AskForm
 from retrieval.models import Trace, TraceStep
 from retrieval.selectors import trace_get
 from retrieval.tasks import traces_prune_task
 from retrieval.tracing import MAX_SUMMARY_CHARS, MAX_SUMMARY_ITEMS, summary_compact, trace_save, traces_prune
-from retrieval.types import Step, Usage
+from retrieval.types import Step
 from tests.api.conftest import client_for
 from tests.factories import MembershipFactory, TenantFactory, UserFactory
 

@@ -12,10 +12,11 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from core.models import Tenant
 from knowledge import vector_index
 from knowledge.embedders import get_embedder
 from knowledge.ingestion.readers import ReadDocument
-from knowledge.models import Chunk, Tenant
+from knowledge.models import Chunk
 from knowledge.services import documents_ingest
 from knowledge.services.tenants import tenant_delete
 from knowledge.vector_index import tenant_vector_index_ensure, tenant_vector_indexes, vector_index_name

@@ -128,8 +128,8 @@ def test_an_answer_as_of_a_date_cites_the_older_version_with_its_date(versioned)
 
 
 def test_the_real_local_llm_answers_as_of_a_date_from_the_older_version(versioned, local_llm_url):
-    from retrieval.llm import LLMClient
-    from retrieval.local_llm import MODEL_ALIAS
+    from llm import LLMClient
+    from llm.local import MODEL_ALIAS
 
     llm = LLMClient(MODEL_ALIAS, base_url=local_llm_url, api_key="local", timeout_s=600)
     run = pipeline_answer(

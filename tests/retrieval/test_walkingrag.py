@@ -8,7 +8,7 @@ from config.env import env_float
 from knowledge.ingestion.readers import ReadDocument
 from knowledge.models import Chunk
 from knowledge.services import documents_ingest
-from retrieval.llm import LLMClient, LLMTimeout
+from llm import LLMClient, LLMTimeout
 from retrieval.pipeline import pipeline_answer, pipeline_spec
 from retrieval.stages.generate.walking import FACTS_SCHEMA, Fact, facts_extract
 from retrieval.types import Passage
@@ -311,7 +311,7 @@ def test_the_budget_settings_read_numbers_and_refuse_anything_else(monkeypatch):
 
 
 def test_the_real_local_llm_walks_one_round_and_answers_with_citations_to_chunks_it_read(walk_corpus, local_llm_url):
-    from retrieval.local_llm import MODEL_ALIAS
+    from llm.local import MODEL_ALIAS
     from retrieval.models import Trace
 
     llm = LLMClient(MODEL_ALIAS, base_url=local_llm_url, api_key="local", timeout_s=600)

@@ -35,9 +35,10 @@ from django.core.management.base import CommandError
 from django.test import Client
 from django.urls import reverse
 
+from core.memberships import membership_token_create
+from core.models import Membership, Tenant
 from core.tenancy import TenantScopedQuerySet
-from knowledge.memberships import membership_token_create
-from knowledge.models import IngestionJob, Membership, Tenant
+from knowledge.models import IngestionJob
 from quality.models import ConfigChange
 from retrieval.models import Conversation, Feedback, Trace
 from retrieval.stages.retrieve.filters import RetrievalFilter
@@ -69,7 +70,9 @@ def worlds(db):
     for world in worlds.values():
         Membership.objects.create(user=roamer, tenant=world.tenant, role=Membership.Role.MEMBER)
         world.users["roamer"] = roamer
-    staff = Permission.objects.filter(content_type__app_label__in=["knowledge", "retrieval", "people", "quality"])
+    staff = Permission.objects.filter(
+        content_type__app_label__in=["core", "knowledge", "retrieval", "people", "quality"]
+    )
     for world in worlds.values():
         for who in ("owner", "admin"):
             world.users[who].user_permissions.set(staff)

@@ -22,8 +22,9 @@ from django.db import connection
 from django.urls import reverse
 from rest_framework.test import APIClient
 
+from core.models import Membership, Tenant
 from knowledge.ingestion.readers import ReadDocument
-from knowledge.models import Chunk, Document, IngestionJob, Membership, Source, Tenant
+from knowledge.models import Chunk, Document, IngestionJob, Source
 from knowledge.services import documents_ingest
 from quality.models import ConfigChange
 from retrieval.models import Trace
@@ -196,7 +197,7 @@ def test_a_superuser_adding_a_tenant_cannot_set_its_retrieval_config_past_the_ga
     superuser = UserFactory(is_staff=True, is_superuser=True)
     client.force_login(superuser)
     form = {"slug": "bad-config", "name": "Bad", "embedder": "local", "retrieval_config": '{"fusion": "best"}'}
-    response = client.post(reverse("admin:knowledge_tenant_add"), form)
+    response = client.post(reverse("admin:core_tenant_add"), form)
     assert response.status_code == 302
     assert Tenant.objects.get(slug="bad-config").retrieval_config == {}  # set through the gate only
     search = client_for(MembershipFactory(tenant=Tenant.objects.get(slug="bad-config")).user)
@@ -355,7 +356,7 @@ def test_tenant_b_staff_cannot_open_tenant_as_objects_in_the_admin(client, tenan
         "knowledge_document": tenant_a["document"],
         "knowledge_chunk": tenant_a["chunk"],
         "knowledge_ingestionjob": tenant_a["job"],
-        "knowledge_tenant": tenant_a["tenant"].pk,
+        "core_tenant": tenant_a["tenant"].pk,
         "retrieval_trace": tenant_a["trace"],
         "quality_configchange": tenant_a["change"],
     }

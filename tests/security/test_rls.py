@@ -10,9 +10,10 @@ from django.db import connection, transaction
 from django.db.utils import ProgrammingError
 from django.test import Client
 
+from core.models import Membership
 from core.rls import APP_ROLE, rls_bypass, rls_request_bind, rls_request_scope, tenant_context
 from core.tenancy import TenantScopedQuerySet
-from knowledge.models import Chunk, Document, Membership, Source
+from knowledge.models import Chunk, Document, Source
 from retrieval.stages.retrieve.filters import RetrievalFilter
 from tests.api.conftest import client_for
 from tests.factories import MembershipFactory, UserFactory
@@ -265,7 +266,7 @@ def test_a_tenant_admins_admin_page_lists_only_their_tenants_documents(corpus, o
     membership.user.save()
     from django.contrib.auth.models import Permission
 
-    membership.user.user_permissions.add(*Permission.objects.filter(content_type__app_label="knowledge"))
+    membership.user.user_permissions.add(*Permission.objects.filter(content_type__app_label__in=["core", "knowledge"]))
     client = Client()
     client.force_login(membership.user)
     page = client.get("/admin/knowledge/document/")

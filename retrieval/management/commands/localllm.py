@@ -3,7 +3,7 @@ import os
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from retrieval.local_llm import MODEL_ALIAS, local_llm_command, local_llm_model_path
+from llm.local import MODEL_ALIAS, local_llm_command, local_llm_model_path
 
 
 class Command(BaseCommand):
@@ -22,5 +22,5 @@ class Command(BaseCommand):
             f"KB_LLM_MODEL={MODEL_ALIAS}"
         )
         command = local_llm_command(model, port=port)
-        os.chdir(settings.BASE_DIR)  # so ``-m retrieval.local_llm_server`` resolves
+        os.chdir(settings.BASE_DIR)  # so ``-m llm.local_server`` resolves
         os.execv(command[0], command)

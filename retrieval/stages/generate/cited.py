@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import re
 
+from llm import Usage
 from retrieval.stages.pack import context_compose
-from retrieval.types import Answer, Citation, Passage, Usage
+from retrieval.types import Answer, Citation, Passage
 
 NOT_FOUND = "The documents do not contain an answer to this question."
 SYSTEM_PROMPT = (
@@ -90,7 +91,7 @@ def answer_generate(
     """The LLM's cited answer from ``passages`` and the call's usage (``user_layer``: see
     ``answer_messages``).
 
-    ``retrieval.llm.LLMError`` when the call fails (the pipeline then answers extractively).
+    ``llm.LLMError`` when the call fails (the pipeline then answers extractively).
     """
     messages = answer_messages(question, passages, reverse_pack=reverse_pack, user_layer=user_layer)
     completion = llm.chat(messages, max_tokens=512)

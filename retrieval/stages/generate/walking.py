@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from llm import Usage
 from retrieval.stages.pack import context_compose, text_defang
-from retrieval.types import Passage, Usage
+from retrieval.types import Passage
 
 MAX_FACTS = 8  # per round
 MAX_QUERIES = 3  # new queries per round
@@ -199,7 +200,7 @@ def facts_extract(
     ``passages`` are the chunks read this round, numbered 1..n in order; ``known_facts`` those
     of earlier rounds (shown to the model, and never kept twice). ``llm`` is an ``LLMClient``
     (``structured``). Returns (validated ``RoundResult``, the call's usage). Raises
-    ``retrieval.llm.LLMError`` when the call fails or its JSON stays malformed; the flow then
+    ``llm.LLMError`` when the call fails or its JSON stays malformed; the flow then
     answers from what it gathered so far.
     """
     data, completion = llm.structured(

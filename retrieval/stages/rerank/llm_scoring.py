@@ -29,9 +29,9 @@ import numpy as np
 
 from knowledge.embedders import get_embedder
 from knowledge.ingestion.splitters import sentence_offsets
-from retrieval.llm import LLMBadOutput, LLMEmptyReply, LLMError
+from llm import LLMBadOutput, LLMEmptyReply, LLMError, Usage
 from retrieval.stages.pack import text_defang
-from retrieval.types import SearchResult, Usage
+from retrieval.types import SearchResult
 
 SCALE_MAX = 10
 SCORE_MAX_TOKENS = 300

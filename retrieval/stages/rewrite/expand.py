@@ -22,10 +22,11 @@ import re
 from dataclasses import replace
 
 from knowledge.models import Chunk, CorpusStatistic, TermStatistic
+from llm import Usage
 from retrieval.config import SearchConfig
 from retrieval.stages.retrieve.filters import RetrievalFilter
 from retrieval.stages.retrieve.lexical import bm25_search, query_lexemes
-from retrieval.types import QueryPlan, Usage
+from retrieval.types import QueryPlan
 
 _TERM = re.compile(r"^[a-z][a-z0-9_]{1,39}$")
 EXPANSION_SCHEMA = {
@@ -65,7 +66,7 @@ def query_expand_llm(plan: QueryPlan, *, llm, weight: float = 0.5) -> tuple[Quer
     """``plan`` whose lexical side also matches the LLM's synonyms and related terms.
 
     The question's lexemes keep weight 1; each new lexeme weighs ``weight``. Returns (plan, LLM
-    usage, trace summary). ``retrieval.llm.LLMError`` when the LLM fails.
+    usage, trace summary). ``llm.LLMError`` when the LLM fails.
     """
     data, completion = llm.structured(
         expand_messages(plan.question), schema=EXPANSION_SCHEMA, name="expansion", max_tokens=220

@@ -15,7 +15,8 @@ from dataclasses import replace
 import numpy as np
 
 from knowledge.embedders import get_embedder
-from retrieval.types import QueryPlan, Usage
+from llm import Usage
+from retrieval.types import QueryPlan
 
 SYSTEM_PROMPT = (
     "You write hypothetical documents for a retrieval system. Given a question, write a short, "
@@ -45,7 +46,7 @@ def hyde_embed(question_vector, passage_vector, *, mix: float) -> list[float]:
 def query_hyde(plan: QueryPlan, *, llm, embedder: str, mix: float = 0.5) -> tuple[QueryPlan, Usage, dict]:
     """``plan`` whose dense side searches the HyDE vector; the lexical side is unchanged.
 
-    Returns (plan, LLM usage, trace summary with the passage). ``retrieval.llm.LLMError`` when
+    Returns (plan, LLM usage, trace summary with the passage). ``llm.LLMError`` when
     the LLM fails; the pipeline then searches with the question's own embedding.
     """
     completion = llm.chat(hyde_messages(plan.question), max_tokens=200)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from retrieval.types import QueryPlan, Usage
+from llm import Usage
+from retrieval.types import QueryPlan
 
 TOOL_NAME = "search_our_database"
 TOOL_DESCRIPTION = "Search our internal company database for relevant documents"
@@ -47,7 +48,7 @@ def rephrase_messages(question: str, history: list[str] | None = None) -> list[d
 def query_rephrase(plan: QueryPlan, *, llm, history: list[str] | None = None) -> tuple[QueryPlan, Usage, dict]:
     """``plan`` with both retrievers searching the LLM's rephrased query.
 
-    Returns (plan, LLM usage, trace summary). Raises ``retrieval.llm.LLMError`` when the call
+    Returns (plan, LLM usage, trace summary). Raises ``llm.LLMError`` when the call
     fails or its arguments stay malformed; the pipeline then keeps the question as it was.
     """
     arguments, completion = llm.tool_call(

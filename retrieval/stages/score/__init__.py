@@ -12,10 +12,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NamedTuple
 
 from core.errors import UpstreamError
-from retrieval.llm import LLMError
+from llm import LLMError, Usage
 from retrieval.stages.score.judge import answer_judge, answer_judge_with_usage
 from retrieval.stages.score.support import answer_support
-from retrieval.types import Answer, Usage
+from retrieval.types import Answer
 
 if TYPE_CHECKING:
     from retrieval.run import RunContext

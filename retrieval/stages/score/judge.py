@@ -17,9 +17,9 @@ endpoint or a test double cannot slip a malformed judgement through.
 
 from __future__ import annotations
 
-from retrieval.llm import LLMBadOutput
+from llm import LLMBadOutput, Usage
 from retrieval.stages.pack import text_defang
-from retrieval.types import Answer, Passage, Usage
+from retrieval.types import Answer, Passage
 
 SCORES = (1, 2, 3, 4, 5)
 MAX_REASON_CHARS = 300
@@ -110,7 +110,7 @@ def answer_judge(answer: Answer, passages: list[Passage] | None = None, *, llm, 
     ``passages`` are the answer's context, numbered from 1 as its ``[n]`` citations count them;
     ``None`` (the default) shows the judge the passages the answer cites, with their numbers.
     ``llm`` is an ``LLMClient`` (or anything with its ``structured``). One call of at most
-    ``max_tokens`` tokens. ``retrieval.llm.LLMError`` when the call fails; ``LLMBadOutput`` when
+    ``max_tokens`` tokens. ``llm.LLMError`` when the call fails; ``LLMBadOutput`` when
     the reply is not such a judgement.
     """
     return answer_judge_with_usage(answer, passages, llm=llm, max_tokens=max_tokens)[0]

@@ -2,7 +2,7 @@
 
 One place decides it, ``membership_for_request``, in this order:
 
-1. a membership token (``knowledge.tokens``): its membership, always (an ``X-Tenant`` naming
+1. a membership token (``core.tokens``): its membership, always (an ``X-Tenant`` naming
    another tenant is a 403);
 2. the ``X-Tenant: <slug>`` header: the user's membership in that tenant, or a 403 that reads the
    same whether the tenant exists or not;
@@ -24,9 +24,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.errors import InvalidInput, PermissionDenied
+from core.models import Membership, MembershipToken, Tenant
 from core.rls import rls_bypass, rls_request_bind
-from knowledge.models import Membership, Tenant
-from knowledge.tokens import MembershipToken, token_digest
+from core.tokens import token_digest
 
 TENANT_HEADER = "X-Tenant"
 SESSION_KEY = "kb_tenant"

@@ -1,9 +1,9 @@
-"""Entry point of the local LLM server: ``python -m retrieval.local_llm_server <llama_cpp.server args>``.
+"""Entry point of the local LLM server: ``python -m llm.local_server <llama_cpp.server args>``.
 
 It runs ``llama_cpp.server`` with llama.cpp's extra buffer types (weight repacking) turned
 off: on CPUs with AMX, ggml's AMX matrix kernels crash the server on the first inference
 (SIGSEGV in ``ggml_backend_amx_mul_mat``), and the tiny model gains nothing from repacking.
-Imports neither Django nor the project's apps.
+Needs no Django settings and imports none of the apps.
 """
 
 from __future__ import annotations

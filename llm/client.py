@@ -28,9 +28,8 @@ from jsonschema import SchemaError
 from jsonschema.exceptions import best_match
 from jsonschema.validators import validator_for
 
-from knowledge.ingestion.tokenizer import count_tokens
-from retrieval.llm.circuit import circuit_for
-from retrieval.llm.errors import (
+from llm.circuit import circuit_for
+from llm.errors import (
     LLMBadOutput,
     LLMEmptyReply,
     LLMError,
@@ -38,7 +37,8 @@ from retrieval.llm.errors import (
     LLMTimeout,
     LLMUnavailable,
 )
-from retrieval.types import Usage
+from llm.tokenizer import count_tokens
+from llm.usage import Usage
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # A 429 asking us to wait longer than this is not retried: the caller should degrade instead.

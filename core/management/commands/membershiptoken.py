@@ -2,7 +2,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
 
 from core.commands import TenantCommand
-from knowledge.memberships import membership_get, membership_token_create
+from core.memberships import membership_get, membership_token_create
 
 
 class Command(TenantCommand):

@@ -7,7 +7,7 @@ the failed call still consumed. Pipelines catch it and degrade (``retrieval.run`
 from __future__ import annotations
 
 from core.errors import UpstreamError
-from retrieval.types import Usage
+from llm.usage import Usage
 
 
 class LLMError(UpstreamError):

@@ -1,13 +1,13 @@
 """DRF authentication by API token: a membership token (``kbm_…``, acting in its tenant) or a
-user's plain DRF token (acting in the tenant the request names, see ``knowledge.memberships``)."""
+user's plain DRF token (acting in the tenant the request names, see ``core.memberships``)."""
 
 from __future__ import annotations
 
 from rest_framework import exceptions
 from rest_framework.authentication import TokenAuthentication
 
-from knowledge.memberships import membership_token_authenticate
-from knowledge.tokens import KEY_PREFIX
+from core.memberships import membership_token_authenticate
+from core.tokens import KEY_PREFIX
 
 
 class MembershipTokenAuthentication(TokenAuthentication):

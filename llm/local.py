@@ -28,7 +28,7 @@ def local_llm_command(model_path: Path, *, port: int, host: str = "127.0.0.1") -
     return [
         sys.executable,
         "-m",
-        "retrieval.local_llm_server",  # llama_cpp.server, without the AMX kernels that crash
+        "llm.local_server",  # llama_cpp.server, without the AMX kernels that crash
         "--model",
         str(model_path),
         "--model_alias",
@@ -56,7 +56,7 @@ def local_llm_start(data_dir: Path, *, port: int, timeout_s: float = 120) -> sub
         local_llm_command(local_llm_model_path(data_dir), port=port),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
-        cwd=Path(__file__).resolve().parent.parent,  # so ``-m retrieval.local_llm_server`` resolves
+        cwd=Path(__file__).resolve().parent.parent,  # so ``-m llm.local_server`` resolves
     )
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -1,5 +1,5 @@
 from core.commands import TenantCommand
-from knowledge.services import tenant_create
+from core.services import tenant_create
 
 
 class Command(TenantCommand):

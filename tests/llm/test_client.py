@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from knowledge.ingestion.tokenizer import count_tokens
-from retrieval.llm import (
+from llm import (
     Completion,
     LLMBadOutput,
     LLMClient,
@@ -28,6 +27,7 @@ from retrieval.llm import (
     circuit_reset,
     configured_llm,
 )
+from llm.tokenizer import count_tokens
 
 QUESTION = [{"role": "user", "content": "How long do I boil spaghetti?"}]
 MINUTES = {
@@ -477,7 +477,7 @@ def test_a_client_is_named_after_its_model(endpoint):
 
 
 def test_the_real_local_llm_fills_a_json_schema_and_calls_a_forced_function(local_llm_url):
-    from retrieval.local_llm import MODEL_ALIAS
+    from llm.local import MODEL_ALIAS
 
     client = LLMClient(MODEL_ALIAS, base_url=local_llm_url, api_key="local", timeout_s=600, retries=0)
     colour = {

@@ -1,0 +1,9 @@
+from django.apps import AppConfig
+
+
+class CoreConfig(AppConfig):
+    """Tenancy (tenants, memberships, membership tokens) and what every other app builds on."""
+
+    name = "core"
+    label = "core"
+    verbose_name = "Tenancy"

@@ -1,0 +1,35 @@
+"""LLM access: one client for any OpenAI-compatible chat endpoint, below every app but ``core``.
+
+``LLMClient`` (``chat``, ``structured``, ``tool_call``, ``stream``, ``map``) and
+``configured_llm()`` are the interface; errors are in ``llm.errors``; ``Usage`` counts calls,
+tokens and cost. ``llm.tokenizer`` counts tokens offline; ``llm.local`` serves a bundled model
+(``manage.py localllm``, and the tests' local LLM). Imports only ``core`` and third-party code.
+"""
+
+from llm.circuit import circuit_reset
+from llm.client import (
+    Completion,
+    LLMBadOutput,
+    LLMClient,
+    LLMEmptyReply,
+    LLMError,
+    LLMHTTPError,
+    LLMTimeout,
+    LLMUnavailable,
+    configured_llm,
+)
+from llm.usage import Usage
+
+__all__ = [
+    "Completion",
+    "LLMBadOutput",
+    "LLMClient",
+    "LLMEmptyReply",
+    "LLMError",
+    "LLMHTTPError",
+    "LLMTimeout",
+    "LLMUnavailable",
+    "Usage",
+    "circuit_reset",
+    "configured_llm",
+]
