@@ -153,7 +153,7 @@ def ingest(tenant, args, settings) -> dict:
 def run(args, settings) -> dict:
     from core.models import Tenant
     from core.services import tenant_create
-    from knowledge.dedup.models import NearDuplicatePair
+    from knowledge.models.dedup import NearDuplicatePair
     from knowledge.dedup.near import candidate_pairs, jaccard, shingles
     from knowledge.dedup.services import near_duplicates_refresh
     from knowledge.models import Chunk, DocumentVersion
@@ -195,7 +195,7 @@ def _page(external_id: str) -> str:
 
 
 def threshold_sweep(tenant, current, candidate_pairs, jaccard, shingles) -> dict:
-    from knowledge.dedup.models import MinHashSignature
+    from knowledge.models.dedup import MinHashSignature
     from knowledge.dedup.near import signature_from_bytes
 
     rows = list(current.filter(duplicate_of__isnull=True).values_list("id", "document__external_id", "text"))

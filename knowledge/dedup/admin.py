@@ -17,7 +17,7 @@ from django.utils.html import format_html
 
 from core.admin import TenantScopedAdmin
 from core.errors import ApplicationError
-from knowledge.dedup.models import NearDuplicateCluster, NearDuplicateMember, NearDuplicatePair
+from knowledge.models.dedup import NearDuplicateCluster, NearDuplicateMember, NearDuplicatePair
 from knowledge.dedup.services import (
     near_duplicate_cluster_split,
     near_duplicate_members_detach,

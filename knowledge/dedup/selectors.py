@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from django.db import connection
 
-from knowledge.dedup.models import NearDuplicateMember, NearDuplicatePair
+from knowledge.models.dedup import NearDuplicateMember, NearDuplicatePair
 from knowledge.models import DocumentVersion
 
 

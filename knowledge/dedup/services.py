@@ -22,7 +22,7 @@ from django.db.models import Q
 
 from core.errors import InvalidInput
 from core.models import Tenant
-from knowledge.dedup.models import MinHashSignature, NearDuplicateCluster, NearDuplicateMember, NearDuplicatePair
+from knowledge.models.dedup import MinHashSignature, NearDuplicateCluster, NearDuplicateMember, NearDuplicatePair
 from knowledge.dedup.near import (
     NUM_PERM,
     candidate_pairs,

@@ -27,7 +27,7 @@ from core.models import Tenant
 from core.queue import task_enqueue
 from knowledge import task_names
 from knowledge.enrichment.keyphrases import keyphrases_extract
-from knowledge.enrichment.models import ChunkEnrichment, field_text
+from knowledge.models.enrichment import ChunkEnrichment, field_text
 from knowledge.enrichment.questions import questions_generate
 from knowledge.models import Chunk
 from llm import LLMError, Usage

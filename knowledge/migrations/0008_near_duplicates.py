@@ -1,5 +1,5 @@
 # Near-duplicates (issue 8 §1): MinHash signatures of versions, near-duplicate pairs and clusters
-# (knowledge.dedup.models). One migration per feature, chained in order.
+# (knowledge.models.dedup). One migration per feature, chained in order.
 
 import django.db.models.deletion
 import django.db.models.functions.comparison

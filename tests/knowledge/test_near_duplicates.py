@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 import pytest
 
 from core.errors import InvalidInput
-from knowledge.dedup.models import MinHashSignature, NearDuplicateCluster, NearDuplicateMember, NearDuplicatePair
+from knowledge.models.dedup import MinHashSignature, NearDuplicateCluster, NearDuplicateMember, NearDuplicatePair
 from knowledge.dedup.near import (
     MEANINGFUL,
     MEANINGLESS,

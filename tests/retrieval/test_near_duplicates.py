@@ -8,7 +8,7 @@ import pytest
 from django.core.management import call_command
 
 from core.errors import InvalidInput
-from knowledge.dedup.models import NearDuplicateMember
+from knowledge.models.dedup import NearDuplicateMember
 from knowledge.services import documents_ingest
 from retrieval.pipeline import pipeline_answer, pipeline_spec
 from retrieval.search import chunk_search

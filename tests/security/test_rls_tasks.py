@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from core.tenancy import TenantScopedQuerySet
-from knowledge.dedup.models import MinHashSignature, NearDuplicatePair
+from knowledge.models.dedup import MinHashSignature, NearDuplicatePair
 from knowledge.ingestion.readers import ReadDocument
 from knowledge.models import Document, DocumentVersion, IngestionJob, Source
 from knowledge.services import documents_ingest

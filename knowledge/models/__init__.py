@@ -367,7 +367,7 @@ class CorpusStatistic(models.Model):
 
 
 # Near-duplicate records live in their own module; imported here so they belong to this app.
-from knowledge.dedup.models import (  # noqa: E402, F401
+from knowledge.models.dedup import (  # noqa: E402, F401
     MinHashSignature,
     NearDuplicateCluster,
     NearDuplicateMember,
@@ -375,7 +375,7 @@ from knowledge.dedup.models import (  # noqa: E402, F401
 )
 
 # Enrichment of chunks (keyphrases, questions) and its BM25 index, in their own module (docs/enrichment.md).
-from knowledge.enrichment.models import (  # noqa: E402, F401
+from knowledge.models.enrichment import (  # noqa: E402, F401
     ChunkEnrichment,
     EnrichmentCorpusStatistic,
     EnrichmentPosting,
