@@ -153,10 +153,10 @@ def ingest(tenant, args, settings) -> dict:
 def run(args, settings) -> dict:
     from core.models import Tenant
     from core.services import tenant_create
-    from knowledge.models.dedup import NearDuplicatePair
     from knowledge.dedup.near import candidate_pairs, jaccard, shingles
     from knowledge.dedup.services import near_duplicates_refresh
     from knowledge.models import Chunk, DocumentVersion
+    from knowledge.models.dedup import NearDuplicatePair
 
     tenant = Tenant.objects.filter(slug=TENANT).first() or tenant_create(slug=TENANT, name="Near-duplicates bench")
     try:
@@ -195,8 +195,8 @@ def _page(external_id: str) -> str:
 
 
 def threshold_sweep(tenant, current, candidate_pairs, jaccard, shingles) -> dict:
-    from knowledge.models.dedup import MinHashSignature
     from knowledge.dedup.near import signature_from_bytes
+    from knowledge.models.dedup import MinHashSignature
 
     rows = list(current.filter(duplicate_of__isnull=True).values_list("id", "document__external_id", "text"))
     ids = {pk: external_id for pk, external_id, _ in rows}

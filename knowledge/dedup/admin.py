@@ -17,13 +17,13 @@ from django.utils.html import format_html
 
 from core.admin import TenantScopedAdmin
 from core.errors import ApplicationError
-from knowledge.models.dedup import NearDuplicateCluster, NearDuplicateMember, NearDuplicatePair
 from knowledge.dedup.services import (
     near_duplicate_cluster_split,
     near_duplicate_members_detach,
     near_duplicate_pairs_reject,
     near_duplicate_pairs_restore,
 )
+from knowledge.models.dedup import NearDuplicateCluster, NearDuplicateMember, NearDuplicatePair
 
 
 def _by_tenant(queryset):

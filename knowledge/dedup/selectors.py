@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 from django.db import connection
 
-from knowledge.models.dedup import NearDuplicateMember, NearDuplicatePair
 from knowledge.models import DocumentVersion
+from knowledge.models.dedup import NearDuplicateMember, NearDuplicatePair
 
 
 @dataclass

@@ -22,7 +22,6 @@ from django.db.models import Q
 
 from core.errors import InvalidInput
 from core.models import Tenant
-from knowledge.models.dedup import MinHashSignature, NearDuplicateCluster, NearDuplicateMember, NearDuplicatePair
 from knowledge.dedup.near import (
     NUM_PERM,
     candidate_pairs,
@@ -35,6 +34,7 @@ from knowledge.dedup.near import (
     signatures,
 )
 from knowledge.models import DocumentVersion
+from knowledge.models.dedup import MinHashSignature, NearDuplicateCluster, NearDuplicateMember, NearDuplicatePair
 
 logger = logging.getLogger(__name__)
 

@@ -27,9 +27,9 @@ from core.models import Tenant
 from core.queue import task_enqueue
 from knowledge import task_names
 from knowledge.enrichment.keyphrases import keyphrases_extract
-from knowledge.models.enrichment import ChunkEnrichment, field_text
 from knowledge.enrichment.questions import questions_generate
 from knowledge.models import Chunk
+from knowledge.models.enrichment import ChunkEnrichment, field_text
 from llm import LLMError, Usage
 
 logger = logging.getLogger(__name__)

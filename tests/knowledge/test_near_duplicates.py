@@ -6,7 +6,6 @@ from datetime import UTC, datetime
 import pytest
 
 from core.errors import InvalidInput
-from knowledge.models.dedup import MinHashSignature, NearDuplicateCluster, NearDuplicateMember, NearDuplicatePair
 from knowledge.dedup.near import (
     MEANINGFUL,
     MEANINGLESS,
@@ -27,6 +26,7 @@ from knowledge.dedup.services import (
     near_duplicates_refresh,
 )
 from knowledge.ingestion.readers import ReadDocument
+from knowledge.models.dedup import MinHashSignature, NearDuplicateCluster, NearDuplicateMember, NearDuplicatePair
 from knowledge.services import documents_ingest
 from tests.conftest import BIKE, PASTA
 from tests.factories import SourceFactory, TenantFactory

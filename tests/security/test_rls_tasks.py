@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import pytest
 
 from core.tenancy import TenantScopedQuerySet
-from knowledge.models.dedup import MinHashSignature, NearDuplicatePair
 from knowledge.ingestion.readers import ReadDocument
 from knowledge.models import Document, DocumentVersion, IngestionJob, Source
+from knowledge.models.dedup import MinHashSignature, NearDuplicatePair
 from knowledge.services import documents_ingest
 from knowledge.tasks import ingestion_job_task, near_duplicates_task
 from quality.models import ConfigChange, JudgmentGeneration, JudgmentList
