@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
+# A DRF throttle rate: requests per period; DRF reads the period's first letter (s, m, h, d).
+_RATE = re.compile(r"(?P<count>[0-9]+)/(?P<period>s|sec|second|m|min|minute|h|hour|d|day)s?")
 
 
 def env_str(name: str, default: str = "") -> str:
@@ -79,6 +82,21 @@ def env_choice(name: str, default: str, choices: list[str]) -> str:
     value = env_str(name, default)
     if value not in choices:
         raise ImproperlyConfigured(f"{name}={value!r} is not one of {', '.join(choices)}.")
+    return value
+
+
+def env_rate(name: str, default: str) -> str:
+    """Return the variable if it is a DRF throttle rate ``N/period``: at least one request per
+    second, minute, hour or day (``600/min``, ``10/s``, ``1000/hour``, ``5000/day``)."""
+    value = env_str(name, default)
+    match = _RATE.fullmatch(value)
+    if match is None:
+        raise ImproperlyConfigured(
+            f"{name}={value!r} is not a rate; use requests per period: N/second, N/minute, N/hour or N/day "
+            "(or N/s, N/min, N/h, N/d), e.g. 600/min."
+        )
+    if int(match["count"]) < 1:
+        raise ImproperlyConfigured(f"{name}={value!r} must allow at least one request per period.")
     return value
 
 

@@ -21,6 +21,7 @@ from config.env import (
     env_json,
     env_list,
     env_path,
+    env_rate,
     env_str,
     env_url,
     local_secret_key,
@@ -270,8 +271,8 @@ REST_FRAMEWORK = {
         "rest_framework.throttling.AnonRateThrottle",
     ],
     "DEFAULT_THROTTLE_RATES": {
-        "user": env_str("KB_API_RATE", "600/min"),
-        "anon": env_str("KB_API_ANON_RATE", "60/min"),
+        "user": env_rate("KB_API_RATE", "600/min"),
+        "anon": env_rate("KB_API_ANON_RATE", "60/min"),
     },
 }
 SPECTACULAR_SETTINGS = {
@@ -347,5 +348,8 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "WARNING")},
+    "root": {
+        "handlers": ["console"],
+        "level": env_choice("LOG_LEVEL", "WARNING", ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]),
+    },
 }

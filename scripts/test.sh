@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# README command two: install the dev requirements and run the whole test suite.
+# README command two: install the dev requirements, lint, and run the whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh requirements-dev.txt
@@ -7,6 +7,10 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 # Debian's chromium for the browser test (Playwright drives it; it never downloads browsers).
 command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium; } \
   || echo "chromium could not be installed: the browser test will be skipped." >&2
+.venv/bin/ruff check . \
+  || { echo "ruff found problems: run .venv/bin/ruff check --fix . (and fix the rest by hand)." >&2; exit 1; }
+.venv/bin/ruff format --check . \
+  || { echo "Some files are not formatted: run .venv/bin/ruff format ." >&2; exit 1; }
 # The app layers and the absence of import cycles (.importlinter); run from the project root, which
 # lint-imports puts on the import path.
 .venv/bin/lint-imports --no-logo \

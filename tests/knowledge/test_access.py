@@ -11,13 +11,12 @@ from django.db import IntegrityError, transaction
 
 from core.errors import InvalidInput, PermissionDenied
 from knowledge.access import access_group_save, access_rule_grant, access_rule_revoke, access_scope_get
-from knowledge.models import AccessRule
 from knowledge.selectors import document_list, source_overview
 from retrieval.pipeline import pipeline_retrieve, retrieval_filter
 from retrieval.search import chunk_search
 from tests.acl_world import tenant_world
 from tests.api.conftest import client_for
-from tests.factories import MembershipFactory
+from tests.factories import AccessRuleFactory, MembershipFactory
 
 QUERY = "bicycle tyre puncture patch glue handbook note"
 
@@ -153,7 +152,7 @@ def test_a_rule_grants_exactly_one_target_to_exactly_one_grantee(world):
     with pytest.raises(InvalidInput):
         access_rule_grant(tenant=world.tenant, source=world.sources["board"])
     with pytest.raises(IntegrityError), transaction.atomic():
-        AccessRule.objects.create(tenant=world.tenant, source=world.sources["board"])
+        AccessRuleFactory(source=world.sources["board"], group=None)  # no grantee
 
 
 def test_groups_and_rules_stay_within_their_tenant(world, db):

@@ -6,7 +6,7 @@ from core.models import Membership, Tenant
 from knowledge.ingestion.readers import ReadDocument
 from knowledge.models import Chunk, Document, DocumentVersion, IngestionJob, Source
 from knowledge.services import documents_ingest
-from tests.factories import SourceFactory, UserFactory
+from tests.factories import IngestionJobFactory, SourceFactory, UserFactory
 
 TENANT_MODELS = [Document, DocumentVersion, Chunk, Source]
 
@@ -134,7 +134,7 @@ def test_chunk_change_pages_are_read_only_and_hide_embeddings(client, corpus, te
 @pytest.mark.parametrize("user_fixture", ["superuser", "tenant_admin"])
 def test_every_admin_changelist_and_change_page_renders(request, client, corpus, admin_member, user_fixture):
     request.getfixturevalue(user_fixture)
-    IngestionJob.objects.create(tenant=corpus, source=Source.objects.for_tenant(corpus).get(), file_name="a.md")
+    IngestionJobFactory(source=Source.objects.for_tenant(corpus).get())
     for model in [Tenant, Membership, Source, Document, DocumentVersion, Chunk, IngestionJob]:
         assert client.get(changelist(model)).status_code == 200, model
         row = model.objects.first() if model is Tenant else model.objects.for_tenant(corpus).first()

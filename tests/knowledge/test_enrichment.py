@@ -202,6 +202,7 @@ def test_the_enrich_command_enriches_an_existing_tenant_and_names_an_unknown_one
 
 def test_another_tenants_chunks_are_never_enriched_by_id(corpus, other_tenant_corpus):
     theirs = list(Chunk.objects.for_tenant(other_tenant_corpus).values_list("pk", flat=True))
+    assert theirs  # ids to try
 
     assert chunks_enrich(tenant_id=corpus.pk, chunk_ids=theirs, llm=None)["chunks"] == 0
     assert not ChunkEnrichment.objects.filter(tenant=Tenant.objects.get(pk=other_tenant_corpus.pk)).exists()
@@ -238,10 +239,13 @@ def test_deleting_a_tenant_removes_its_enrichment_postings_and_statistics(corpus
 
     chunks_enrich(tenant_id=corpus.pk, llm=None)
     tenant_id = corpus.pk
+    models = (ChunkEnrichment, EnrichmentPosting, EnrichmentTermStatistic, EnrichmentCorpusStatistic)
+    for model in models:
+        assert model.objects.filter(tenant_id=tenant_id).exists(), model.__name__  # there to delete
 
     Tenant.objects.filter(pk=tenant_id).delete()
 
-    for model in (ChunkEnrichment, EnrichmentPosting, EnrichmentTermStatistic, EnrichmentCorpusStatistic):
+    for model in models:
         assert not model.objects.filter(tenant_id=tenant_id).exists(), model.__name__
 
 

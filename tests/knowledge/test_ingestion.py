@@ -8,7 +8,7 @@ from knowledge.models import Chunk, Document, DocumentVersion
 from knowledge.services import document_delete, documents_ingest, paths_ingest
 from retrieval.search import chunk_search
 from tests.conftest import BIKE, PASTA, TAXES
-from tests.factories import SourceFactory
+from tests.factories import DocumentVersionFactory, SourceFactory
 
 
 def test_ingesting_documents_creates_one_current_version_with_chunks_and_embeddings(tenant, source):
@@ -79,9 +79,7 @@ def test_the_same_content_in_another_tenant_is_not_a_duplicate(corpus, other_ten
 def test_the_database_allows_only_one_current_version_per_document(corpus):
     version = DocumentVersion.objects.filter(is_current=True).first()
     with pytest.raises(IntegrityError):
-        DocumentVersion.objects.create(
-            document=version.document, number=99, text="x", content_hash="0" * 64, is_current=True
-        )
+        DocumentVersionFactory(document=version.document, is_current=True)
 
 
 def test_ingesting_a_folder_reads_every_supported_file(tenant, source, tmp_path):

@@ -2,23 +2,12 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.urls import reverse
 
-from quality.models import EvaluationRun
-from tests.factories import TenantFactory, UserFactory
+from tests.factories import EvaluationRunFactory, TenantFactory, UserFactory
 
 
-def _run(tenant, ndcg, per_query, *, pipeline="simple", dataset="tiny", config=None, **metrics):
-    return EvaluationRun.objects.create(
-        tenant=tenant,
-        dataset=dataset,
-        pipeline=pipeline,
-        mode="hybrid",
-        config=config or {},
-        metrics={"ndcg@10": ndcg, "queries": len(per_query), **metrics},
-        per_query=[
-            {"query_id": q, "question": f"Question {q}?", "metrics": {"ndcg@10": v}, "top": ["d1"]}
-            for q, v in per_query
-        ],
-    )
+def _run(tenant, ndcg, per_query, **fields):
+    """A run in ``tenant`` of mean nDCG@10 ``ndcg`` over ``per_query``, ``[(query_id, nDCG@10)]``."""
+    return EvaluationRunFactory(tenant=tenant, ndcg=ndcg, query_ndcg=per_query, **fields)
 
 
 @pytest.fixture
@@ -109,13 +98,13 @@ def test_the_runs_can_be_filtered_by_pipeline(superuser_client, tenant):
 
 def test_the_quality_chart_draws_a_series_per_pipeline_of_the_admins_tenant_only(client, admin_member, tenant):
     admin_member.user_permissions.add(Permission.objects.get(codename="view_evaluationrun"))
-    simple = [_run(tenant, n, [("q1", n)], p50_ms=12.5) for n in (0.5, 0.6)]
-    expand = [_run(tenant, n, [("q1", n)], pipeline="expand", p50_ms=40.0) for n in (0.7, 0.8)]
+    simple = [_run(tenant, n, [("q1", n)], metrics__p50_ms=12.5) for n in (0.5, 0.6)]
+    expand = [_run(tenant, n, [("q1", n)], pipeline="expand", metrics__p50_ms=40.0) for n in (0.7, 0.8)]
     for run, recall in zip([*simple, *expand], (0.5, 0.6, 0.7, 0.8), strict=True):
         run.metrics["recall@10"] = recall
         run.save()
-    escaped = _run(tenant, 0.4, [("q1", 0.4)], dataset="<script>alert(1)</script>", p50_ms=10.0)
-    theirs = _run(TenantFactory(), 0.9, [("q1", 0.9)], pipeline="advanced", p50_ms=99.0)
+    escaped = _run(tenant, 0.4, [("q1", 0.4)], dataset="<script>alert(1)</script>", metrics__p50_ms=10.0)
+    theirs = _run(TenantFactory(), 0.9, [("q1", 0.9)], pipeline="advanced", metrics__p50_ms=99.0)
     client.force_login(admin_member)
 
     response = client.get(reverse("admin:quality_evaluationrun_chart"))

@@ -17,7 +17,7 @@ from quality.services import (
     config_change_propose,
     judgment_list_import,
 )
-from tests.factories import MembershipFactory, SourceFactory, TenantFactory, UserFactory
+from tests.factories import ConfigChangeFactory, MembershipFactory, SourceFactory, TenantFactory, UserFactory
 
 # Two questions that hybrid search answers well. The first shares no word with its document
 # but several with a distractor, so lexical-only retrieval cannot find its document at all.
@@ -162,15 +162,13 @@ def test_bad_settings_are_rejected_before_anything_is_stored(tenant, admin_user,
 
 
 def test_a_second_change_waits_for_the_one_being_evaluated(judged, admin_user):
-    ConfigChange.objects.create(tenant=judged, status=ConfigChange.Status.EVALUATING)
+    ConfigChangeFactory(tenant=judged, status=ConfigChange.Status.EVALUATING)
     with pytest.raises(ChangeInProgress):
         config_change_propose(tenant=judged, user=admin_user, proposed={"ef_search": 200})
 
 
 def test_a_change_measured_against_outdated_settings_fails_and_applies_nothing(judged, admin_user):
-    change = ConfigChange.objects.create(
-        tenant=judged, current_config={"fusion": "rrf"}, proposed_config={"ef_search": 200}, requested_by=admin_user
-    )
+    change = ConfigChangeFactory(tenant=judged, current_config={"fusion": "rrf"}, requested_by=admin_user)
 
     change = config_change_evaluate(change_id=change.pk)
 

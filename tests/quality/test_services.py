@@ -5,6 +5,7 @@ from knowledge.ingestion.readers import ReadDocument
 from knowledge.services import documents_ingest
 from quality.models import EvaluationRun, Judgment, JudgmentList
 from quality.services import config_diff, evaluation_compare, evaluation_run, judgment_list_import
+from tests.factories import EvaluationRunFactory
 from tests.retrieval.doubles import ScriptedLLM
 
 OBVIOUS = [
@@ -143,18 +144,9 @@ def test_a_document_stored_as_a_duplicate_is_found_through_its_twins_chunks(tena
     assert run.metrics["recall@10"] == 1.0
 
 
-def _run(metrics, per_query):
-    return EvaluationRun.objects.create(
-        dataset="tiny",
-        mode="hybrid",
-        metrics=metrics,
-        per_query=[{"query_id": q, "question": f"{q}?", "metrics": {"ndcg@10": v}, "top": []} for q, v in per_query],
-    )
-
-
 def test_comparing_runs_gives_metric_deltas_and_the_queries_that_changed(db):
-    run_a = _run({"ndcg@10": 0.5, "queries": 3}, [("q1", 1.0), ("q2", 0.0), ("q3", 0.5)])
-    run_b = _run({"ndcg@10": 0.6, "queries": 3}, [("q1", 0.5), ("q2", 0.8), ("q3", 0.5)])
+    run_a = EvaluationRunFactory(ndcg=0.5, query_ndcg=[("q1", 1.0), ("q2", 0.0), ("q3", 0.5)])
+    run_b = EvaluationRunFactory(ndcg=0.6, query_ndcg=[("q1", 0.5), ("q2", 0.8), ("q3", 0.5)])
 
     comparison = evaluation_compare(run_a=run_a, run_b=run_b)
 
@@ -165,11 +157,12 @@ def test_comparing_runs_gives_metric_deltas_and_the_queries_that_changed(db):
 
 
 def test_comparing_runs_of_two_pipelines_lists_the_settings_that_differ(db):
-    run_a = _run({"ndcg@10": 0.5}, [("q1", 1.0)])
-    run_b = _run({"ndcg@10": 0.6}, [("q1", 1.0)])
-    run_a.config = {"name": "simple", "rewrites": [], "search": {"fusion": "weighted", "rrf_k": 60}, "k": 100}
-    run_b.config = {"name": "expand", "rewrites": ["expand"], "search": {"fusion": "rrf", "rrf_k": 60}, "k": 100}
-    run_b.pipeline = "expand"
+    search = {"fusion": "weighted", "rrf_k": 60}
+    run_a = EvaluationRunFactory(config={"name": "simple", "rewrites": [], "search": search, "k": 100})
+    run_b = EvaluationRunFactory(
+        pipeline="expand",
+        config={"name": "expand", "rewrites": ["expand"], "search": {**search, "fusion": "rrf"}, "k": 100},
+    )
 
     comparison = evaluation_compare(run_a=run_a, run_b=run_b)
 

@@ -168,7 +168,9 @@ def test_the_advanced_pipeline_runs_every_stage_in_order_and_counts_llm_usage(co
     assert stages(run) == ["rephrase", "expand", "retrieve", "fuse", "pack", "generate"]
     assert run.usage.llm_calls == 3 and run.usage.tokens_in == 300
     assert run.answer.citations[0].as_dict()["document"] == "howto/bike-tyre"
-    assert run.as_dict()["steps"][0] == {"stage": "rephrase", "ms": pytest.approx(run.steps[0].ms, abs=0.01)}
+    rephrase = run.steps[0]
+    assert 0 < rephrase.ms <= run.total_ms  # a measured wall time, inside the run's
+    assert run.as_dict()["steps"][0] == {"stage": "rephrase", "ms": round(rephrase.ms, 2)}  # no error key
 
 
 def test_a_failing_llm_degrades_once_and_the_rest_of_the_run_goes_without_it(corpus):
