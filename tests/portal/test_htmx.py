@@ -6,8 +6,8 @@ from django.contrib.staticfiles import finders
 from django.urls import reverse
 
 from knowledge.models import Document, Membership
-from retrieval.conversations import conversation_ask
-from retrieval.models import Conversation
+from people.conversations import conversation_ask
+from people.models import Conversation
 from tests.factories import MembershipFactory
 
 HX = {"HTTP_HX_REQUEST": "true"}

@@ -12,10 +12,11 @@ from django.urls import reverse
 from knowledge.ingestion.readers import ReadDocument
 from knowledge.models import Membership
 from knowledge.services import documents_ingest
+from people.history import citation_open
+from people.models import CitationOpen
 from people.services import profile_update
-from retrieval.history import citation_open
 from retrieval.llm import LLMClient
-from retrieval.models import CitationOpen, Trace
+from retrieval.models import Trace
 from retrieval.pipeline import pipeline_answer, pipeline_retrieve
 from retrieval.stages.generate.cited import SYSTEM_PROMPT
 from tests.api.conftest import client_for
@@ -171,7 +172,7 @@ def test_a_document_a_teammate_opened_is_boosted_for_the_rest_of_the_team(guides
     teammate = MembershipFactory(tenant=guides).user
     profile_update(user=teammate, team="Platform")
     profile_update(user=member, team="platform")
-    from retrieval.feedback import feedback_give
+    from people.feedback import feedback_give
 
     for _ in range(2):
         trace, n = _answer_with_citation_of(guides, teammate, order[1])
@@ -192,7 +193,7 @@ def test_a_document_the_user_rated_down_is_demoted_and_one_rated_up_is_boosted(g
     order = baseline(guides)
     trace, n_top = _answer_with_citation_of(guides, member, order[0])
     n_second = next(c["n"] for c in trace.citations if c["document_id"] == _document_id(guides, order[1]))
-    from retrieval.feedback import feedback_give
+    from people.feedback import feedback_give
 
     feedback_give(tenant=guides, user=member, trace_id=trace.pk, rating="down", citation=n_top)
     feedback_give(tenant=guides, user=member, trace_id=trace.pk, rating="up", citation=n_second)
@@ -202,8 +203,8 @@ def test_a_document_the_user_rated_down_is_demoted_and_one_rated_up_is_boosted(g
 
 
 def test_another_tenants_feedback_and_opens_never_count(guides, other_tenant_corpus):
-    from retrieval.feedback import feedback_give
-    from retrieval.personalization import personal_signals_get
+    from people.feedback import feedback_give
+    from people.personalization import personal_signals_get
 
     stranger = MembershipFactory(tenant=other_tenant_corpus).user
     run = pipeline_answer(

@@ -38,8 +38,9 @@ from django.urls import reverse
 from core.tenancy import TenantScopedQuerySet
 from knowledge.memberships import membership_token_create
 from knowledge.models import IngestionJob, Membership, Tenant
+from people.models import Conversation, Feedback
 from quality.models import ConfigChange
-from retrieval.models import Conversation, Feedback, Trace
+from retrieval.models import Trace
 from retrieval.stages.retrieve.filters import RetrievalFilter
 from tests.acl_world import markers, tenant_world
 from tests.api.conftest import client_for
