@@ -107,11 +107,11 @@ def bench_tenant():
 
 def askers_prepare(tenant, users) -> None:
     """Profiles of the readers; ``ref-history``'s earlier answers, ref citations opened and rated up."""
-    from people.models import Profile
+    from people.feedback import feedback_give
+    from people.history import citation_open
+    from people.models import CitationOpen, Feedback, Profile
     from people.services import profile_update
-    from retrieval.feedback import feedback_give
-    from retrieval.history import citation_open
-    from retrieval.models import CitationOpen, Feedback, Trace
+    from retrieval.models import Trace
     from retrieval.pipeline import pipeline_answer
 
     for username in users:
@@ -222,9 +222,9 @@ def _dev_users(tenant, name: str, judgments) -> dict:
     from django.contrib.auth import get_user_model
 
     from core.services import membership_create
+    from people.feedback import feedback_give
     from people.services import profile_update
     from retrieval.config import MAX_QUERY_CHARS
-    from retrieval.feedback import feedback_give
     from retrieval.models import Trace
     from retrieval.pipeline import pipeline_answer
 

@@ -3,11 +3,8 @@
 from django.urls import include, path
 
 from knowledge.apis import DocumentDetailApi, DocumentListApi, JobDetailApi
-from people.apis import ProfileApi
+from people.apis import CitationOpenApi, ConversationDetailApi, ConversationListApi, FeedbackApi, ProfileApi
 from retrieval.apis import AskApi, SearchApi
-from retrieval.conversation_apis import ConversationDetailApi, ConversationListApi
-from retrieval.feedback_apis import FeedbackApi
-from retrieval.history_apis import CitationOpenApi
 from retrieval.stream_apis import AskStreamApi
 from retrieval.trace_apis import TraceDetailApi
 

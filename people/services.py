@@ -6,9 +6,11 @@ from django.db import transaction
 
 from core.errors import InvalidInput
 from core.memberships import membership_get
+from knowledge.access import access_scope_get, sources_visible
 from knowledge.models import Source
 from knowledge.selectors import membership_for_user
 from people.models import Profile
+from people.personalization import personal_signals_forget
 
 TEXT_LIMITS = {"title": 200, "team": 200, "about": 2000}
 FIELDS = ("title", "team", "expertise", "language", "preferred_sources", "muted_sources", "about")
@@ -26,8 +28,6 @@ def profile_get(*, user, tenant=None) -> Profile:
 def _sources(tenant, names, field: str, *, user) -> list[Source]:
     """The tenant's sources called ``names`` that ``user`` may see (a restricted source they may
     not see reads as unknown: its name is never confirmed)."""
-    from knowledge.access import access_scope_get, sources_visible
-
     if isinstance(names, str) or not isinstance(names, (list, tuple)):
         raise InvalidInput(f"{field} must be a list of source names.")
     readable = sources_visible(Source.objects.for_tenant(tenant), access_scope_get(tenant=tenant, user=user))
@@ -104,7 +104,5 @@ def profile_update(*, user, tenant=None, **changes) -> Profile:
             profile.preferred_sources.set(preferred)
         if muted is not None:
             profile.muted_sources.set(muted)
-    from retrieval.personalization import personal_signals_forget  # people sits below retrieval
-
     personal_signals_forget(tenant=tenant, user=user)
     return profile

@@ -38,13 +38,13 @@ from knowledge.selectors import (
     source_overview,
 )
 from knowledge.versions import version_diff
+from people.conversations import conversation_ask, conversation_delete
+from people.feedback import MAX_COMMENT_CHARS, feedback_give
+from people.history import citation_open as history_citation_open
 from people.models import Profile
+from people.selectors import conversation_get, conversation_list
 from people.services import profile_get, profile_update
-from retrieval.conversations import conversation_ask, conversation_delete
-from retrieval.feedback import MAX_COMMENT_CHARS, feedback_give
-from retrieval.history import citation_open as history_citation_open
 from retrieval.pipeline import PIPELINE_NAMES
-from retrieval.selectors import conversation_get, conversation_list
 from retrieval.streaming import CONTENT_TYPE, HEADERS, answer_events
 
 # Same pattern as the one the generate stage writes citations with: "[n]".
@@ -285,7 +285,7 @@ def conversation_detail(request, tenant, conversation_id: int):
 @require_POST
 @tenant_required
 def conversation_remove(request, tenant, conversation_id: int):
-    """Delete one of the user's conversations (``retrieval.conversations.conversation_delete``):
+    """Delete one of the user's conversations (``people.conversations.conversation_delete``):
     an empty fragment for htmx (its list item is swapped out), else back to the list. 404 if it
     is not theirs."""
     try:
@@ -353,7 +353,7 @@ def ask_stream(request, tenant):
 @require_GET
 @tenant_required
 def citation_open(request, tenant, trace_id: int, n: int):
-    """A citation link of an answer: record that the user opened it (``retrieval.history.citation_open``,
+    """A citation link of an answer: record that the user opened it (``people.history.citation_open``,
     read by personalization) and redirect to the cited chunk of the document page. 404 for an
     answer that is not the user's or a citation it does not have."""
     try:
@@ -369,7 +369,7 @@ def citation_open(request, tenant, trace_id: int, n: int):
 @require_POST
 @tenant_required
 def feedback(request, tenant):
-    """Thumbs up or down (and a comment) on an answer or one citation (``retrieval.feedback``).
+    """Thumbs up or down (and a comment) on an answer or one citation (``people.feedback``).
 
     The answer's forms post here with htmx and get their own form back
     (``portal/_feedback_form.html``: the rating pressed and a status line, or the error with

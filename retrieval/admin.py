@@ -10,16 +10,12 @@ from __future__ import annotations
 import json
 
 from django.contrib import admin
-from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.db.models import Exists, OuterRef, Q
-from django.template.response import TemplateResponse
-from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.text import Truncator
 
-from core.admin import TenantScopedAdmin, admin_view_tenant, tenant_page_context
-from retrieval.feedback import feedback_trends
-from retrieval.models import Feedback, Trace, TraceStep
+from core.admin import TenantScopedAdmin
+from retrieval.models import Trace, TraceStep
 
 
 def _pretty_json(value) -> str:
@@ -143,76 +139,3 @@ class TraceAdmin(TenantScopedAdmin):
 
     def has_change_permission(self, request, obj=None):
         return False
-
-
-@admin.register(Feedback)
-class FeedbackAdmin(TenantScopedAdmin):
-    """Users' thumbs up/down on answers and citations: read-only (users give it in the portal or
-    the API), deletable, with a page of the negative share per pipeline and per source by week."""
-
-    list_display = ("created_at", "rating", "target", "pipeline", "source", "user", "short_comment", "trace_link")
-    list_filter = (
-        ("tenant", admin.RelatedOnlyFieldListFilter),
-        "rating",
-        "trace__pipeline",
-        ("source", admin.RelatedOnlyFieldListFilter),
-        ("user", admin.RelatedOnlyFieldListFilter),
-        "created_at",
-    )
-    list_select_related = ("trace", "source", "user")
-    search_fields = ("comment", "trace__question")
-    fields = (
-        "created_at",
-        "updated_at",
-        "tenant",
-        "user",
-        "trace_link",
-        "citation",
-        "document",
-        "source",
-        "rating",
-        "comment",
-    )
-    readonly_fields = fields
-
-    @admin.display(description="on")
-    def target(self, obj: Feedback) -> str:
-        return f"[{obj.citation}]" if obj.citation else "answer"
-
-    @admin.display(description="pipeline", ordering="trace__pipeline")
-    def pipeline(self, obj: Feedback) -> str:
-        return obj.trace.pipeline
-
-    @admin.display(description="comment")
-    def short_comment(self, obj: Feedback) -> str:
-        return Truncator(obj.comment).chars(80) or "–"
-
-    @admin.display(description="trace")
-    def trace_link(self, obj: Feedback):
-        url = reverse("admin:retrieval_trace_change", args=[obj.trace_id])
-        return format_html('<a href="{}">#{} {}</a>', url, obj.trace_id, Truncator(obj.trace.question).chars(60))
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def get_urls(self):
-        trends = path("trends/", self.admin_site.admin_view(self.trends_view), name="retrieval_feedback_trends")
-        return [trends, *super().get_urls()]
-
-    def trends_view(self, request):
-        """The share of negative feedback per pipeline and per source, week by week."""
-        if not self.has_view_permission(request):
-            raise DjangoPermissionDenied
-        tenant = admin_view_tenant(request)
-        context = tenant_page_context(
-            self, request, tenant=tenant, title="Feedback trends", tenant_title=f"Feedback trends of {tenant}"
-        )
-        if tenant is not None:
-            context["tables"] = [
-                ("Per pipeline (answers and citations)", feedback_trends(tenant=tenant, by="pipeline")),
-                ("Per source (citations)", feedback_trends(tenant=tenant, by="source")),
-            ]
-        return TemplateResponse(request, "admin/retrieval/feedback_trends.html", context)

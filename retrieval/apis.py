@@ -8,11 +8,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api import ERRORS, ErrorSerializer
+from core.errors import NotFound
 from core.memberships import tenant_for_request
 from knowledge.selectors import source_ids_for_names
+from retrieval import hooks
 from retrieval.config import MAX_QUERY_CHARS, MODES
-from retrieval.conversations import conversation_ask
-from retrieval.pipeline import PIPELINE_NAMES
+from retrieval.pipeline import PIPELINE_NAMES, AnswerRun, pipeline_answer
 from retrieval.search import chunk_search
 
 COLLAPSE_HELP = "Collapse near-duplicate documents to the freshest (default: the tenant's setting, on)."
@@ -24,6 +25,18 @@ PERSONALIZE_HELP = (
     "Personalize for the caller (default): boost what their profile prefers and what they and their team "
     "found useful, and describe them in the answer prompt. false: the same ranking and prompt as for anyone."
 )
+
+
+def ask_run(*, tenant, user, question: str, conversation_id: int | None = None, **options) -> AnswerRun:
+    """Answer ``question`` for the ask APIs: through the ``ask`` hook (``people.conversations.conversation_ask``:
+    the answer is kept as the next turn of ``user``'s conversation ``conversation_id``, or of a new
+    one), else with ``pipeline_answer`` alone, where a ``conversation_id`` is ``NotFound``.
+    ``options`` are ``pipeline_answer``'s other keyword arguments; its errors as there."""
+    if hooks.person.ask is not None:
+        return hooks.person.ask(tenant=tenant, user=user, question=question, conversation_id=conversation_id, **options)
+    if conversation_id is not None:
+        raise NotFound(f"Conversation {conversation_id} does not exist.")
+    return pipeline_answer(tenant=tenant, user=user, question=question, **options)
 
 
 class ComponentsField(serializers.DictField):
@@ -202,12 +215,12 @@ class AskApi(APIView):
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         options = self.answer_options(tenant=tenant, data=data, user=request.user)
-        run = conversation_ask(tenant=tenant, user=request.user, **options)
+        run = ask_run(tenant=tenant, user=request.user, **options)
         return Response(self.OutputSerializer(run.as_dict()).data)
 
     @staticmethod
     def answer_options(*, tenant, data: dict, user=None) -> dict:
-        """``conversation_ask``'s keyword arguments (but tenant and user) from validated input."""
+        """``ask_run``'s keyword arguments (but tenant and user) from validated input."""
         return {
             "question": data["question"],
             "conversation_id": data.get("conversation"),

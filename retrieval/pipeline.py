@@ -136,7 +136,7 @@ class PipelineSpec:
     themes_distance: float = 0.5
 
     # ---- personalization (issue 9 §2) ----
-    # The ``personal`` reranker (retrieval.stages.rerank.personal, docs/personalization.md): factor
+    # The ``personal`` reranker (people.rerank, docs/personalization.md): factor
     # 1 + boost (preferred source) + useful_boost x usefulness, within 1 +- cap; a muted source's
     # results x (1 - mute); only results within ``band`` of the top score are reordered.
     personal_boost: float = 0.2
@@ -312,7 +312,7 @@ class AnswerRun:
     # Answer-quality scores (``retrieval.stages.score``) when ``KB_SCORE_ANSWERS`` is on, else None.
     scores: dict | None = None
     escalation: dict = field(default_factory=dict)
-    # Set by ``retrieval.conversations.conversation_ask``: the conversation and the turn's number.
+    # Set by ``people.conversations.conversation_ask``: the conversation and the turn's number.
     conversation_id: int | None = None
     turn: int | None = None
 

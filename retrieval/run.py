@@ -12,6 +12,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 
 from llm import LLMBadOutput, LLMEmptyReply, LLMError, Usage
+from retrieval import hooks
 from retrieval.stages import pack
 from retrieval.stages.fuse import candidates_fuse, results_fetch
 from retrieval.stages.generate.cited import NOT_FOUND, answer_generate, answer_stream
@@ -261,15 +262,13 @@ def themes_stage(run: RunContext, results: list[SearchResult], *, k: int) -> lis
 
 
 def user_layer_for(run: RunContext, question: str) -> str | None:
-    """The answer prompt's user layer (``retrieval.personalization.user_layer_compose``) when the
-    request personalizes and someone is signed in, else ``None``; its summary goes to
+    """The answer prompt's user layer (the ``user_layer`` hook: ``people.personalization.user_layer_compose``)
+    when the request personalizes and someone is signed in, else ``None``; its summary goes to
     ``run.user_layer_summary`` (``None`` when off) for the generate step's trace."""
     run.user_layer_summary = None
-    if not run.options.get("personalize", True) or run.user is None:
+    if not run.options.get("personalize", True) or run.user is None or hooks.person.user_layer is None:
         return None
-    from retrieval.personalization import user_layer_compose
-
-    layer = user_layer_compose(tenant=run.tenant, user=run.user, where=run.where, question=question)
+    layer = hooks.person.user_layer(tenant=run.tenant, user=run.user, where=run.where, question=question)
     if layer is None:
         return None
     text, run.user_layer_summary = layer

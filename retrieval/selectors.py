@@ -28,30 +28,3 @@ def trace_get(*, tenant, trace_id: int, user=None) -> Trace:
         )
     except Trace.DoesNotExist:
         raise NotFound(f"Trace {trace_id} does not exist.")
-
-
-def conversation_list(*, tenant, user):
-    """``user``'s conversations in ``tenant``, most recent first, each with ``turn_count``."""
-    from django.db.models import Count
-
-    from retrieval.models import Conversation
-
-    return Conversation.objects.for_user(tenant, user).annotate(turn_count=Count("turns"))
-
-
-def conversation_get(*, tenant, user, conversation_id: int):
-    """``user``'s conversation ``conversation_id`` in ``tenant`` with its turns in order.
-
-    ``NotFound`` if there is no such conversation or it is another user's or tenant's (the same
-    error, so an id reveals nothing).
-    """
-    from retrieval.models import Conversation, Turn
-
-    try:
-        return (
-            Conversation.objects.for_user(tenant, user)
-            .prefetch_related(Prefetch("turns", queryset=Turn.objects.order_by("order")))
-            .get(pk=conversation_id)
-        )
-    except Conversation.DoesNotExist:
-        raise NotFound(f"Conversation {conversation_id} does not exist.")

@@ -11,8 +11,7 @@ from rest_framework.views import APIView
 
 from core.api import ERRORS
 from core.memberships import tenant_for_request
-from retrieval.apis import AskApi
-from retrieval.conversations import conversation_ask
+from retrieval.apis import AskApi, ask_run
 from retrieval.streaming import CONTENT_TYPE, HEADERS, answer_events
 
 EVENTS_DESCRIPTION = """\
@@ -83,7 +82,7 @@ class AskStreamApi(APIView):
             tenant=tenant,
             user=request.user,
             present=lambda answer: AskApi.OutputSerializer(answer).data,
-            runner=conversation_ask,
+            runner=ask_run,
             **AskApi.answer_options(tenant=tenant, data=data, user=request.user),
         )
         return StreamingHttpResponse(events, content_type=CONTENT_TYPE, headers=HEADERS)

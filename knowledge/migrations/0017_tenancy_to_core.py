@@ -30,7 +30,7 @@ class Migration(migrations.Migration):
         ("core", "0001_initial"),
         ("knowledge", "0016_enrichment_current"),
         # every other app points at core's models before knowledge's leave the state
-        ("people", "0002_membership_in_core"),
+        ("people", "0003_membership_in_core"),
         ("quality", "0004_tenant_in_core"),
         ("retrieval", "0006_tenant_in_core"),
     ]

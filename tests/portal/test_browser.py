@@ -109,7 +109,7 @@ def test_a_member_asks_gives_feedback_follows_up_and_opens_a_citation(
 ):
     """The whole flow with htmx: feedback on the answer and on a citation swaps its form in place,
     a follow-up continues the conversation, the conversations page unfolds it, a citation opens."""
-    from retrieval.models import Conversation, Feedback
+    from people.models import Conversation, Feedback
 
     page = browser.new_page()
     sign_in(page, live_server.url, member)

@@ -7,8 +7,8 @@ from django.urls import reverse
 
 from core.models import Membership
 from knowledge.models import Document
-from retrieval.conversations import conversation_ask
-from retrieval.models import Conversation
+from people.conversations import conversation_ask
+from people.models import Conversation
 from tests.factories import MembershipFactory
 
 HX = {"HTTP_HX_REQUEST": "true"}

@@ -349,7 +349,8 @@ def test_the_feedback_factor_damps_only_sources_rated_worse_than_the_tenant_and_
 
 
 def test_negative_citation_feedback_damps_its_source_when_the_tenant_turns_it_on(tenant):
-    from retrieval.models import Feedback, Trace
+    from people.models import Feedback
+    from retrieval.models import Trace
 
     wiki, forum = SourceFactory(tenant=tenant, name="wiki"), SourceFactory(tenant=tenant, name="forum")
     documents_ingest(tenant=tenant, source=wiki, documents=[BIKE, PASTA])

@@ -39,8 +39,9 @@ from core.memberships import membership_token_create
 from core.models import Membership, Tenant
 from core.tenancy import TenantScopedQuerySet
 from knowledge.models import IngestionJob
+from people.models import Conversation, Feedback
 from quality.models import ConfigChange
-from retrieval.models import Conversation, Feedback, Trace
+from retrieval.models import Trace
 from retrieval.stages.retrieve.filters import RetrievalFilter
 from tests.acl_world import markers, tenant_world
 from tests.api.conftest import client_for

@@ -10,7 +10,7 @@ when it is active for the run (``active(run)``):
 ==================  ===========================================================================
 near_duplicates     collapse a near-duplicate cluster to its freshest member (issue 8 §1)
 recency             relevance x recency decay x source reliability, with a floor (issue 8 §3)
-personal            bounded boost of what the asker prefers and found useful (issue 9 §2)
+personal            bounded boost of what the asker prefers and found useful (``people.rerank``)
 diversity           at most m chunks per document/source in the top k, or MMR (issue 8 §4)
 ==================  ===========================================================================
 
@@ -23,17 +23,34 @@ below the top ``k``; the chain's output is cut to ``k``.
 from __future__ import annotations
 
 from importlib import import_module
+from types import ModuleType
 
 from retrieval.types import SearchResult
 
 SIGNAL_RERANKERS = ("near_duplicates", "recency", "personal", "diversity")
 # Results the fuse step hands to the signal rerankers when any is active.
 RERANK_DEPTH = 50
+# Signal rerankers that live in an app above retrieval, registered by it when Django starts
+# (``personal``: ``people.rerank``, from ``people.apps``); the others are modules of this package.
+_REGISTERED: dict[str, ModuleType] = {}
+
+
+def signal_reranker_register(name: str, module: ModuleType) -> None:
+    """Run ``module`` (``active(run)`` and ``rerank(run, results, *, k)``, as this package's modules)
+    as the signal reranker ``name``, at that name's place in ``SIGNAL_RERANKERS``; ``ValueError``
+    for another name."""
+    if name not in SIGNAL_RERANKERS:
+        raise ValueError(f"Unknown signal reranker {name!r}; known: {', '.join(SIGNAL_RERANKERS)}.")
+    _REGISTERED[name] = module
 
 
 def _modules(run) -> list:
-    modules = [import_module(f"retrieval.stages.rerank.{name}") for name in SIGNAL_RERANKERS]
-    return [(name, module) for name, module in zip(SIGNAL_RERANKERS, modules, strict=True) if module.active(run)]
+    modules = [
+        (name, _REGISTERED[name] if name in _REGISTERED else import_module(f"retrieval.stages.rerank.{name}"))
+        for name in SIGNAL_RERANKERS
+        if name in _REGISTERED or name != "personal"
+    ]
+    return [(name, module) for name, module in modules if module.active(run)]
 
 
 def rerank_depth(run, *, k: int) -> int:

@@ -23,7 +23,7 @@ score is below ``recency_threshold`` x the best fused score of the run is droppe
 in the result's ``components["recency"]``.
 
 Source feedback (off by default, ``source_feedback_weight`` = 0): users' thumbs on citations
-(``retrieval.models.Feedback``) give each source a negative share, smoothed towards the tenant's
+(``people.models.Feedback``) give each source a negative share, smoothed towards the tenant's
 own share by ``FEEDBACK_PRIOR_VOTES`` pseudo-votes (a Bayesian average, so two thumbs down do not
 condemn a source)::
 
@@ -46,6 +46,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from knowledge.models import DocumentVersion, Source
+from retrieval import hooks
 
 _ACTIVE = "_recency_active"
 # Tenant id -> (checked at, monotonic seconds; whether a source decays or is less than reliable).
@@ -135,10 +136,11 @@ def feedback_factor(*, up: int, down: int, tenant_share: float, weight: float) -
 
 
 def _source_feedback(run) -> dict[int, tuple[int, int]]:
-    """The tenant's citation feedback per source (``source_feedback_counts``), read once per tenant
-    and process every ``SIGNALS_TTL_S`` seconds."""
-    from retrieval.feedback import source_feedback_counts
-
+    """The tenant's citation feedback per source (the ``source_feedback_counts`` hook), read once per
+    tenant and process every ``SIGNALS_TTL_S`` seconds; empty when no app keeps feedback."""
+    source_feedback_counts = hooks.person.source_feedback_counts
+    if source_feedback_counts is None:
+        return {}
     now = time.monotonic()
     cached = _feedback.get(run.tenant.pk)
     if cached is None or now - cached[0] >= SIGNALS_TTL_S:

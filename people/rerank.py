@@ -1,9 +1,10 @@
 """Signal reranker ``personal`` (see ``retrieval.stages.rerank``): a bounded boost of what the asker
-prefers and found useful (issue 9 §2; seed ``magic-of-rag-retrieval.txt``, "Response
-Personalization": personal context added "without altering the core retrieval").
+prefers and found useful (seed ``magic-of-rag-retrieval.txt``, "Response Personalization":
+personal context added "without altering the core retrieval"). ``people.apps`` registers it
+with retrieval's signal rerankers (``signal_reranker_register``), at its place in the chain.
 
 For each result, a multiplicative factor from the asker's ``PersonalSignals``
-(``retrieval.personalization.personal_signals_get``)::
+(``people.personalization.personal_signals_get``)::
 
     factor = 1 + personal_boost * preferred_source
                + personal_useful_boost * (useful_document + useful_source / 2)
@@ -24,7 +25,7 @@ result's ``components["personal"]`` and the moves in the step summary.
 
 from __future__ import annotations
 
-from retrieval.personalization import PersonalSignals, personal_signals_cached
+from people.personalization import PersonalSignals, personal_signals_cached
 
 _UNSET = object()
 

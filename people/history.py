@@ -1,11 +1,11 @@
-"""A user's history with the knowledge base, as personalization reads it (issue 9 §2).
+"""A user's history with the knowledge base, as personalization reads it.
 
 What is kept, and where: every question and its answer with the documents it cited is a
 ``Trace`` (``question``, ``answer``, ``citations``; for members also a conversation ``Turn``);
 feedback is a ``Feedback``; a citation the user opened is a ``CitationOpen``, recorded here by
 ``citation_open`` when the portal's citation link (``portal:citation-open``, a redirect) or
-``POST /api/v1/traces/<id>/citations/<n>/open/`` is followed. ``history_questions`` reads the
-latest questions for the prompt's user layer.
+``POST /api/v1/traces/<id>/citations/<n>/open/`` is followed. ``people.selectors.history_questions``
+reads the latest questions for the prompt's user layer.
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ from django.db.models import F
 from core.errors import NotFound
 from core.models import Membership
 from knowledge.models import Chunk, Document, Source
-from retrieval.models import CitationOpen, Trace
+from people.models import CitationOpen
+from people.personalization import personal_signals_forget
+from retrieval.models import Trace
 
 
 @dataclass(frozen=True)
@@ -69,8 +71,6 @@ def citation_open(*, tenant, user, trace_id: int, citation: int) -> OpenedCitati
             except IntegrityError:
                 if attempt:
                     raise
-        from retrieval.personalization import personal_signals_forget
-
         personal_signals_forget(tenant=tenant, user=user)
     return OpenedCitation(
         document_id=document.pk,
@@ -78,21 +78,3 @@ def citation_open(*, tenant, user, trace_id: int, citation: int) -> OpenedCitati
         chunk=chunk.ordinal if chunk else None,
         recorded=recorded,
     )
-
-
-def history_questions(*, tenant, user, limit: int = 5, exclude: str | None = None) -> list[str]:
-    """``user``'s latest distinct questions in ``tenant`` (from their traces), newest first, at most
-    ``limit``; ``exclude`` (the question being asked) is left out."""
-    questions: list[str] = []
-    rows = (
-        Trace.objects.for_tenant(tenant)
-        .filter(user_id=getattr(user, "pk", None))
-        .order_by("-created_at", "-id")
-        .values_list("question", flat=True)[: limit * 3]
-    )
-    for question in rows:
-        if question != exclude and question not in questions:
-            questions.append(question)
-        if len(questions) == limit:
-            break
-    return questions

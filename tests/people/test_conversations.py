@@ -5,8 +5,9 @@ from django.urls import reverse
 
 from core.errors import NotFound
 from llm import LLMClient
-from retrieval.conversations import conversation_ask
-from retrieval.models import Conversation, Trace, Turn
+from people.conversations import conversation_ask
+from people.models import Conversation, Turn
+from retrieval.models import Trace
 from retrieval.stages.rewrite.condense import carried_terms
 from tests.api.conftest import client_for
 from tests.factories import MembershipFactory

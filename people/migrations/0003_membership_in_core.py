@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
     dependencies = [
         ("core", "0001_initial"),
-        ("people", "0001_initial"),
+        ("people", "0002_conversations_feedback_history"),
     ]
 
     operations = [

@@ -13,9 +13,12 @@ from core.models import Membership
 from knowledge.ingestion.readers import ReadDocument
 from knowledge.services import documents_ingest
 from llm import LLMClient
+from people.feedback import feedback_give
+from people.history import citation_open
+from people.models import CitationOpen
+from people.personalization import personal_signals_get
 from people.services import profile_update
-from retrieval.history import citation_open
-from retrieval.models import CitationOpen, Trace
+from retrieval.models import Trace
 from retrieval.pipeline import pipeline_answer, pipeline_retrieve
 from retrieval.stages.generate.cited import SYSTEM_PROMPT
 from tests.api.conftest import client_for
@@ -89,6 +92,17 @@ def test_a_user_without_a_profile_or_history_gets_exactly_the_anonymous_ranking(
     anonymous = ranked(guides, None)
     assert [(r.chunk.pk, r.score) for r in run.results] == [(r.chunk.pk, r.score) for r in anonymous.results]
     assert "personal" not in [step.stage for step in run.steps]
+
+
+def test_the_personal_reranker_runs_only_as_registered_by_people(guides, member, monkeypatch):
+    """Retrieval does not know the ``personal`` reranker itself: without people's registration
+    (``people.apps``) a member's preferences change nothing."""
+    profile_update(user=member, preferred_sources=[second_source(guides)])
+    assert "personal" in [step.stage for step in ranked(guides, member, overrides=STRONG).steps]
+    monkeypatch.setattr("retrieval.stages.rerank._REGISTERED", {})
+    run = ranked(guides, member, overrides=STRONG)
+    assert "personal" not in [step.stage for step in run.steps]
+    assert documents(run) == baseline(guides)
 
 
 def test_a_preferred_source_lifts_its_document_to_the_top_within_the_relevance_band(guides, member):
@@ -171,8 +185,6 @@ def test_a_document_a_teammate_opened_is_boosted_for_the_rest_of_the_team(guides
     teammate = MembershipFactory(tenant=guides).user
     profile_update(user=teammate, team="Platform")
     profile_update(user=member, team="platform")
-    from retrieval.feedback import feedback_give
-
     for _ in range(2):
         trace, n = _answer_with_citation_of(guides, teammate, order[1])
         citation_open(tenant=guides, user=teammate, trace_id=trace.pk, citation=n)
@@ -192,8 +204,6 @@ def test_a_document_the_user_rated_down_is_demoted_and_one_rated_up_is_boosted(g
     order = baseline(guides)
     trace, n_top = _answer_with_citation_of(guides, member, order[0])
     n_second = next(c["n"] for c in trace.citations if c["document_id"] == _document_id(guides, order[1]))
-    from retrieval.feedback import feedback_give
-
     feedback_give(tenant=guides, user=member, trace_id=trace.pk, rating="down", citation=n_top)
     feedback_give(tenant=guides, user=member, trace_id=trace.pk, rating="up", citation=n_second)
     run = ranked(guides, member, overrides=STRONG)
@@ -202,9 +212,6 @@ def test_a_document_the_user_rated_down_is_demoted_and_one_rated_up_is_boosted(g
 
 
 def test_another_tenants_feedback_and_opens_never_count(guides, other_tenant_corpus):
-    from retrieval.feedback import feedback_give
-    from retrieval.personalization import personal_signals_get
-
     stranger = MembershipFactory(tenant=other_tenant_corpus).user
     run = pipeline_answer(
         tenant=other_tenant_corpus, question="bicycle tyre puncture", user=stranger, use_llm=False, trace=True

@@ -3,7 +3,8 @@
 ``conversation_ask`` answers a question through ``pipeline_answer`` with the conversation's
 earlier questions as ``history`` (the pipeline's condense step makes a follow-up standalone:
 ``retrieval.run.condense_stage``), then stores the turn: question, standalone query, answer,
-citations and trace. Without a conversation id it starts a new conversation.
+citations and trace. Without a conversation id it starts a new conversation. The ask APIs of
+``retrieval`` answer through it (``retrieval.hooks``).
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from django.db.models import Max
 
 from core.errors import PermissionDenied
 from core.memberships import membership_get
-from retrieval.models import Conversation, Turn
+from people.models import Conversation, Turn
+from people.selectors import conversation_get
 from retrieval.pipeline import AnswerRun, pipeline_answer
-from retrieval.selectors import conversation_get
 
 HISTORY_TURNS = 5  # earlier questions given to the pipeline
 

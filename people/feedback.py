@@ -20,8 +20,8 @@ from django.utils import timezone
 from core.errors import InvalidInput, PermissionDenied
 from core.memberships import membership_get
 from knowledge.models import Document, Source
-from retrieval.models import Feedback
-from retrieval.personalization import personal_signals_forget
+from people.models import Feedback
+from people.personalization import personal_signals_forget
 from retrieval.selectors import trace_get
 
 MAX_COMMENT_CHARS = 2000
@@ -130,7 +130,8 @@ def feedback_trends(*, tenant, by: str, weeks: int = 12) -> list[TrendRow]:
 def source_feedback_counts(*, tenant) -> dict[int, tuple[int, int]]:
     """``{source id: (helpful, not helpful)}``: the tenant's citation feedback per cited source
     (one query; feedback lives as long as its trace, ``KB_TRACE_RETENTION_DAYS``). Sources without
-    citation feedback are absent. Read by the recency stage's source-feedback factor."""
+    citation feedback are absent. Read by the recency stage's source-feedback factor (through
+    ``retrieval.hooks``)."""
     rows = (
         Feedback.objects.for_tenant(tenant)
         .filter(citation__isnull=False, source__isnull=False)

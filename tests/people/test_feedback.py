@@ -8,8 +8,8 @@ from django.urls import reverse
 
 from core.errors import InvalidInput, NotFound
 from knowledge.models import Document
-from retrieval.feedback import feedback_give, feedback_trends
-from retrieval.models import Feedback
+from people.feedback import feedback_give, feedback_trends
+from people.models import Feedback
 from retrieval.pipeline import pipeline_answer
 from tests.api.conftest import client_for
 from tests.factories import MembershipFactory
@@ -197,7 +197,7 @@ def test_a_tenant_admin_lists_their_tenants_feedback_only(
     stranger = MembershipFactory(tenant=other_tenant_corpus).user
     feedback_give(tenant=other_tenant_corpus, user=stranger, trace_id=theirs.trace_id, rating="down", comment="Theirs")
 
-    page = feedback_admin_client.get(reverse("admin:retrieval_feedback_changelist")).content.decode()
+    page = feedback_admin_client.get(reverse("admin:people_feedback_changelist")).content.decode()
     assert "Ours" in page
     assert "Theirs" not in page
 
@@ -206,7 +206,7 @@ def test_the_trends_page_shows_the_negative_share_per_pipeline_and_source(
     feedback_admin_client, answered, corpus, member
 ):
     feedback_give(tenant=corpus, user=member, trace_id=answered.trace_id, rating="down", citation=1)
-    page = feedback_admin_client.get(reverse("admin:retrieval_feedback_trends")).content.decode()
+    page = feedback_admin_client.get(reverse("admin:people_feedback_trends")).content.decode()
     assert "Per pipeline" in page and "Per source" in page
     assert "handbook" in page
     assert "100 %" in page

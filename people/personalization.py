@@ -1,14 +1,15 @@
-"""Personalized answers (issue 9 §2; seed ``magic-of-rag-retrieval.txt``, "Response Personalization").
+"""Personalized answers (seed ``magic-of-rag-retrieval.txt``, "Response Personalization").
 
 Two layers, both off for a request with ``personalize: false`` and both recorded in the trace:
 
 (a) ranking: ``personal_signals_get`` reads what the asker's profile prefers and mutes and what
     they and their team found useful (positive or negative feedback, opened citations); the
-    ``personal`` signal reranker (``retrieval.stages.rerank.personal``) turns it into a bounded
-    boost;
+    ``personal`` signal reranker (``people.rerank``, registered with retrieval's rerank stage)
+    turns it into a bounded boost;
 (b) prompt: ``user_layer_compose`` writes a short description of the asker (profile, what they
-    may search, recent questions) that the generate stage puts in the answer prompt, so the
-    answer is shaped for the person without changing what is retrieved.
+    may search, recent questions) that the generate stage puts in the answer prompt (through
+    ``retrieval.hooks``), so the answer is shaped for the person without changing what is
+    retrieved.
 
 Everything is read inside the run's tenant only (``for_tenant``), so another tenant's profile,
 feedback or opens never count.
@@ -24,10 +25,10 @@ from django.core.cache import cache
 from django.db.models import Count, Q
 
 from core.models import Membership
+from knowledge.access import sources_visible
 from knowledge.models import Source
-from people.models import Profile
-from retrieval.history import history_questions
-from retrieval.models import CitationOpen, Feedback
+from people.models import CitationOpen, Feedback, Profile
+from people.selectors import history_questions
 
 # Evidence a history event adds to a document (and to its source). The asker's own judgement
 # counts twice as much as a teammate's; a negative rating counts against the document.
@@ -195,8 +196,6 @@ def _permissions_line(*, tenant, user, where) -> str:
     """What the asker may search: role and "N of M sources": M the sources their access rules let
     them see (``knowledge.access``; hidden ones are neither named nor counted), N those the
     request's source filter keeps."""
-    from knowledge.access import sources_visible
-
     role = Membership.objects.for_tenant(tenant).filter(user_id=user.pk).values_list("role", flat=True).first()
     readable = sources_visible(Source.objects.for_tenant(tenant), where.access)
     names = list(readable.order_by("name").values_list("pk", "name"))

@@ -1,0 +1,74 @@
+"""The person's data lives in ``people``; retrieval reaches it only through what people registers."""
+
+from importlib import import_module
+
+import pytest
+from django.apps import apps
+from django.contrib.contenttypes.models import ContentType
+from django.db import connection
+from django.urls import reverse
+
+from people import rerank
+from people.conversations import conversation_ask
+from people.models import CitationOpen, Conversation, Feedback, Turn
+from retrieval import hooks
+from retrieval.stages.rerank import signal_reranker_register
+from tests.api.conftest import client_for
+
+MOVED = (Feedback, Conversation, Turn, CitationOpen)
+move_migration = import_module("people.migrations.0002_conversations_feedback_history")
+
+
+def test_the_moved_models_keep_their_tables_and_belong_to_people(db):
+    assert [m._meta.db_table for m in MOVED] == [
+        "retrieval_feedback",
+        "retrieval_conversation",
+        "retrieval_turn",
+        "retrieval_citationopen",
+    ]
+    assert {ContentType.objects.get_for_model(m).app_label for m in MOVED} == {"people"}
+    assert not any(apps.all_models["retrieval"].get(m._meta.model_name) for m in MOVED)
+
+
+def test_upgrading_relabels_the_old_content_types_keeping_their_ids(db):
+    """An existing database has ``retrieval`` content types for the moved models: the migration
+    relabels them, so permissions and admin log entries that point at them follow."""
+    ContentType.objects.filter(app_label="people", model__in=move_migration.MOVED).delete()
+    old = {
+        ct.model: ct.pk
+        for ct in [ContentType.objects.create(app_label="retrieval", model=m) for m in move_migration.MOVED]
+    }
+    with connection.schema_editor() as editor:
+        move_migration.relabel_content_types("retrieval", "people")(apps, editor)
+    relabelled = dict(ContentType.objects.filter(app_label="people").values_list("model", "pk"))
+    assert {m: relabelled[m] for m in old} == old
+    assert not ContentType.objects.filter(app_label="retrieval", model__in=move_migration.MOVED).exists()
+
+
+def test_people_registers_the_personal_reranker_and_its_hooks(db):
+    assert hooks.person.ask is conversation_ask
+    assert hooks.person.user_layer is not None and hooks.person.source_feedback_counts is not None
+    with pytest.raises(ValueError, match="Unknown signal reranker"):
+        signal_reranker_register("astrology", rerank)
+    with pytest.raises(TypeError, match="Unknown person hook"):
+        hooks.person_hooks_register(horoscope=lambda **_: None)
+
+
+def test_without_the_ask_hook_the_ask_api_answers_but_keeps_no_conversation(corpus, member, monkeypatch):
+    monkeypatch.setattr(hooks.person, "ask", None)
+    client = client_for(member)
+    response = client.post(reverse("api:ask"), {"question": "How do I fix a flat bicycle tyre?"}, format="json")
+    assert response.status_code == 200 and response.json()["answer"]
+    assert "conversation_id" not in response.json() or response.json()["conversation_id"] is None
+    assert not Conversation.objects.exists()
+    follow_up = client.post(reverse("api:ask"), {"question": "Which glue?", "conversation": 1}, format="json")
+    assert follow_up.status_code == 404
+
+
+def test_with_the_ask_hook_the_ask_api_keeps_the_answer_as_a_turn(corpus, member):
+    response = client_for(member).post(
+        reverse("api:ask"), {"question": "How do I fix a flat bicycle tyre?"}, format="json"
+    )
+    assert response.status_code == 200
+    conversation = Conversation.objects.get(pk=response.json()["conversation_id"])
+    assert conversation.turns.get().trace_id == response.json()["trace_id"]
