@@ -13,7 +13,7 @@ one source and mutes another, so the personalization stage runs for them, unless
 taking turns on each question (in a rotating order) so background load weighs on all alike; the query embedding is
 cached after the warm-up so the comparison is the SQL's (``--uncached`` clears it before each
 search instead, so the figures include the embedding, as a request's do). Prints one JSON object with p50/p95 per
-mode and user, and ``hybrid_p50_ratio`` (``outside`` over no user; issue 9's target is <= 1.15).
+mode and user, and ``hybrid_p50_ratio`` (``outside`` over no user; the target is <= 1.15).
 It also checks that ``outside`` never got a restricted chunk.
 """
 
@@ -83,7 +83,7 @@ def main() -> None:
                 Membership.objects.create(user=users[name], tenant=tenant, role=Membership.Role.MEMBER)
             group = access_group_save(tenant=tenant, name="acl-bench", members=[users["inside"]])
             if args.profile:
-                # Issue 9's case: access rules and personalization on, for a user with a profile.
+                # The realistic case: access rules and personalization on, for a user with a profile.
                 from knowledge.models import Source
                 from people.services import profile_update
 

@@ -3,7 +3,7 @@
 Usage: python benchmarks/embedders.py [--backends torch onnx onnx-int8] [--chunks 1200]
        [--rounds 3] [--queries 170] [--datasets rag4p hotpotqa bioasq] [--skip-speed] [--skip-quality]
        [--keep]
-Writes benchmarks/results/embedders.json (and the README table, embedders.md) and prints the JSON.
+Writes benchmarks/results/embedders.json (and the table for docs/benchmarks.md, embedders.md) and prints the JSON.
 
 all-MiniLM-L6-v2 on each ``KB_EMBEDDER_BACKEND`` (``torch``, ``onnx``, ``onnx-int8``):
 
@@ -19,7 +19,7 @@ all-MiniLM-L6-v2 on each ``KB_EMBEDDER_BACKEND`` (``torch``, ``onnx``, ``onnx-in
   dense and hybrid search (``quality.services.evaluation_run``), so documents and queries are
   both embedded by that backend; the ONNX backends are also evaluated against the torch tenants
   (documents stored by torch, queries by the backend: what switching the default does to an
-  existing installation). The issue's rule: nDCG@10 loss at most 0.01 on each set.
+  existing installation). The rule for a new default: nDCG@10 loss at most 0.01 on each set.
 """
 
 import argparse
@@ -229,7 +229,7 @@ def quality(backends: list[str], datasets: list[str], *, keep: bool, save) -> di
 
 
 def markdown(results: dict) -> str:
-    """The README table: per backend, speed, agreement with torch and quality on the dev sets."""
+    """The docs/benchmarks.md table: per backend, speed, agreement with torch and quality on the dev sets."""
     speed_results = results.get("speed", {}).get("backends", {})
     quality_results = results.get("quality", {})
     sets = [("bioasq", "ndcg@10"), ("hotpotqa", "ndcg@10"), ("hotpotqa", "recall@10"), ("rag4p", "hit@1")]

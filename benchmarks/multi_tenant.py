@@ -6,7 +6,7 @@ Usage: python benchmarks/multi_tenant.py [--small 5000] [--large 100000] [--quer
 1. Crossover: tenants of each ``--crossover`` size (synthetic chunks of real text and vectors,
    ``benchmarks/_corpus.py``) are searched with the exact scan and with their own HNSW index,
    interleaved per query; the threshold ``TENANT_INDEX_MIN_CHUNKS`` is picked from this.
-2. Isolation, the issue's check: the same ``--small`` tenant (same chunks, same seed) is stored
+2. Isolation: the same ``--small`` tenant (same chunks, same seed) is stored
    twice on the same PostgreSQL server: in the product's database, next to the ``--large``
    tenant, and in a second database ``knowledge_base_alone`` that holds nothing else (created
    and migrated here). Every query runs on both, interleaved (the Django connection is swapped

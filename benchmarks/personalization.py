@@ -1,4 +1,4 @@
-"""Personalization (issue 9 §2): hit@1 when the right document depends on who asks, the shared dev
+"""Personalization: hit@1 when the right document depends on who asks, the shared dev
 figures for a user without a profile, and hybrid latency with the ``personal`` stage on and off.
 
 Usage: python benchmarks/personalization.py [--datasets rag4p hotpotqa bioasq] [--rounds 3] [--grid]

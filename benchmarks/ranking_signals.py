@@ -1,4 +1,4 @@
-"""Ranking signals (issue 8 §3 recency and quality, §4 diversity) on the dev sets and the demo tenant.
+"""Ranking signals (recency and quality, diversity) on the dev sets and the demo tenant.
 
 Usage: python benchmarks/ranking_signals.py [--datasets rag4p hotpotqa bioasq] [--demo demo]
        [--mini-demo] [--keep] [--latency ROUNDS]

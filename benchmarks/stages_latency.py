@@ -2,8 +2,8 @@
 
 Usage: python benchmarks/stages_latency.py [--tenant demo] [--rounds 4]
 
-Issue 8's check: "hybrid p50 on the demo tenant within 1.15 x of today's 23.5 ms with every new
-stage on". Besides the defaults (current-version filter, near-duplicate collapsing, recency), "every
+The check: hybrid p50 on the demo tenant within 1.15 x of the defaults' with every optional
+stage on. Besides the defaults (current-version filter, near-duplicate collapsing, recency), "every
 stage on" adds the diversity caps, themes, the enrichment field at weight 0.1 and summary chunks
 (the tenant needs them written first: ``manage.py enrich demo --no-questions`` and ``manage.py
 summarize demo --method extractive``; without them those two stages have nothing to read). The

@@ -1,4 +1,4 @@
-"""Per-document summaries (issue 8 §5): retrieval quality with extractive summaries on vs off, and
+"""Per-document summaries: retrieval quality with extractive summaries on vs off, and
 their ingestion cost.
 
 Usage: python benchmarks/summaries.py [--datasets bioasq hotpotqa rag4p] [--modes hybrid]

@@ -1,4 +1,4 @@
-"""Themes packing (issue 8 §5): does packing the best chunk of each theme first give the context
+"""Themes packing: does packing the best chunk of each theme first give the context
 more of the relevant material than packing the top k by score?
 
 Usage: python benchmarks/themes.py [--datasets bioasq hotpotqa] [--k 5] [--pool 30]

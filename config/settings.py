@@ -1,4 +1,4 @@
-"""Django settings, read from the environment (see README "Configuration").
+"""Django settings, read from the environment (every variable is listed in docs/deployment.md).
 
 Every variable goes through a typed helper in ``config.env`` that raises
 ``ImproperlyConfigured`` with a clear message on a bad value.

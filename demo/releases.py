@@ -1,4 +1,4 @@
-"""Two Django releases' documentation as versions of the same documents (issue 8 §2).
+"""Two Django releases' documentation as versions of the same documents.
 
 Django 4.2's and 5.2's ``docs/`` (from their PyPI source distributions, fetched by
 ``demo.services.django_docs_download``) are ingested into ONE source, oldest release first, each

@@ -64,7 +64,7 @@ class SourceAdmin(TenantScopedAdmin):
 
     def save_model(self, request, obj, form, change):
         super().save_model(request, obj, form, change)
-        if change and "versions_kept" in form.changed_data:  # apply the new retention now (issue 8 §2)
+        if change and "versions_kept" in form.changed_data:  # apply the new retention now
             versions_prune(source=obj)
 
     @admin.display(description="documents", ordering="document_count")

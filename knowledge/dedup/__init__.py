@@ -1,4 +1,4 @@
-"""Duplicates of a tenant's documents (issue 8 §1).
+"""Duplicates of a tenant's documents.
 
 Exact duplicates are found at ingestion (``DocumentVersion.duplicate_of``); near-duplicates by
 MinHash + LSH after each ingestion (``near`` for the technique, ``services`` for the writes,

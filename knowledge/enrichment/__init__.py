@@ -1,4 +1,4 @@
-"""Ingest-side enrichment of chunks (issue 8 §6): keyphrases and, with an LLM, the questions a chunk answers.
+"""Ingest-side enrichment of chunks: keyphrases and, with an LLM, the questions a chunk answers.
 
 ``keyphrases`` extracts keyphrases (YAKE), ``questions`` asks an LLM for doc2query-style
 questions, ``services`` stores them on the chunk (``models.ChunkEnrichment``) with their own BM25

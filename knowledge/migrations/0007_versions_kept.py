@@ -1,4 +1,4 @@
-# Versions that retrieval respects (issue 8 §2): old versions keep their chunks, marked not
+# Versions that retrieval respects: old versions keep their chunks, marked not
 # current; BM25 statistics count current chunks only; per-source retention.
 
 from django.db import migrations, models

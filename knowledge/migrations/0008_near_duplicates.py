@@ -1,4 +1,4 @@
-# Near-duplicates (issue 8 §1): MinHash signatures of versions, near-duplicate pairs and clusters
+# Near-duplicates: MinHash signatures of versions, near-duplicate pairs and clusters
 # (knowledge.models.dedup). One migration per feature, chained in order.
 
 import django.db.models.deletion

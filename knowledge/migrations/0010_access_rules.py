@@ -1,4 +1,4 @@
-# Groups and access rules (issue 9 §1): knowledge.access reads them at query time.
+# Groups and access rules: knowledge.access reads them at query time.
 
 import django.db.models.deletion
 from django.conf import settings

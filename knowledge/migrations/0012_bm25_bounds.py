@@ -1,4 +1,4 @@
-# Faster BM25 at scale (issue 11 §3): index-only postings reads and tighter MaxScore bounds.
+# Faster BM25 at scale: index-only postings reads and tighter MaxScore bounds.
 #
 # 1. The postings' primary key index also carries tf, chunk_length and is_current (INCLUDE), so
 #    scoring (postings walked by (tenant, lexeme), per-chunk probes by (tenant, lexeme, chunk))

@@ -1,4 +1,4 @@
-"""Per-document summaries (issue 8 §5): ``Chunk.kind`` ("body" or "summary") and its invariant.
+"""Per-document summaries: ``Chunk.kind`` ("body" or "summary") and its invariant.
 
 A summary is a chunk of its version at ``SUMMARY_ORDINAL`` (1,000,000), so the existing unique
 (version, ordinal) constraint allows one per version and no body chunk can take its place. The

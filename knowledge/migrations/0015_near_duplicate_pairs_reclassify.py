@@ -1,4 +1,4 @@
-# Near-duplicate pairs (issue 8 §1): re-classify the stored pairs with the classifier that reads reST
+# Near-duplicate pairs: re-classify the stored pairs with the classifier that reads reST
 # roles, hyperlinks and their targets, directive options and Markdown links as markup
 # (knowledge.dedup.near.meaning_words), so a pair found before it gets the same kind and update
 # as a pair found after it. Data only; reversing leaves the new kinds in place.

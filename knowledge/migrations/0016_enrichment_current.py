@@ -1,4 +1,4 @@
-"""The enrichment field's postings carry their chunk's current flag (issue 8: the field's latency).
+"""The enrichment field's postings carry their chunk's current flag.
 
 Default retrieval (current versions of every source) then scores the field from its postings'
 primary-key index alone, as the body's BM25 does (knowledge 0007 and 0012), instead of joining

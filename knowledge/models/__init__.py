@@ -33,7 +33,7 @@ class Source(models.Model):
     kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.FILES)
     reliability = models.FloatField(default=1.0)
     half_life_days = models.FloatField(null=True, blank=True, help_text="Recency half-life; empty = no decay.")
-    # Versions (issue 8 §2): how many non-current versions per document keep their chunks.
+    # Versions: how many non-current versions per document keep their chunks.
     versions_kept = models.PositiveIntegerField(
         null=True,
         blank=True,
@@ -138,7 +138,7 @@ class DocumentVersion(models.Model):
         return f"{self.document} v{self.number}"
 
 
-# Per-document summaries (issue 8 §5, ``knowledge.summaries``): a version's summary is a chunk of
+# Per-document summaries (``knowledge.summaries``): a version's summary is a chunk of
 # kind "summary" at this fixed ordinal, far past any body chunk, so packing windows and reading
 # order never mix it with the body (``chunk_kind_ordinal``).
 SUMMARY_ORDINAL = 1_000_000
@@ -382,7 +382,7 @@ from knowledge.models.enrichment import (  # noqa: E402, F401
     EnrichmentTermStatistic,
 )
 
-# ---- Groups and access rules (issue 9 §1; knowledge.access reads and writes them) -------------
+# ---- Groups and access rules (knowledge.access reads and writes them) -------------
 
 
 class AccessGroup(models.Model):

@@ -240,7 +240,7 @@ def _current_version_id(document_id: int) -> int:
 
 
 # A heading gives a passage its context ("contextual chunk headers"); on a sentence-sized chunk it
-# would dominate the embedding. Measured on the shared datasets (README, "Retrieval quality").
+# would dominate the embedding. Measured on the shared datasets (docs/benchmarks.md).
 HEADING_MIN_TOKENS = 50
 
 

@@ -1,4 +1,4 @@
-"""Personalized answers (issue 9 §2): the ``personal`` reranker, the prompt's user layer, citation
+"""Personalized answers: the ``personal`` reranker, the prompt's user layer, citation
 opens, and the ``personalize: false`` switch in the API, the CLI and the portal."""
 
 import json

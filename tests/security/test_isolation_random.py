@@ -1,4 +1,4 @@
-"""Issue 9's "Done when" isolation test: two tenants with restricted sources and documents, users
+"""The isolation test: two tenants with restricted sources and documents, users
 of every role and grant, and every API endpoint, portal page, admin page and command tried as
 every user against every other's objects, in a seeded random order: 0 leaks.
 

@@ -1,4 +1,4 @@
-"""Issue 10's probes, replayed in one place: every input that once answered 500 or showed a
+"""Security probes, replayed in one place: every input that once answered 500 or showed a
 traceback, the hardened defaults, and the cross-tenant and XSS probes that already held.
 
 Each probe asserts what a user or an attacker would see: a 4xx in the API's error shape (or the
@@ -56,7 +56,7 @@ def nothing_stored(tenant, before, upload_dir) -> bool:
     return stored_counts(tenant) == before and not leftover
 
 
-# --- §1: bad input gets a 4xx or a CLI message -------------------------------------------------
+# --- Bad input gets a 4xx or a CLI message -------------------------------------------------
 
 
 @pytest.mark.parametrize("query", ["limit=99999999999999999999", "offset=99999999999999999999", "limit=-1&offset=-5"])
@@ -225,7 +225,7 @@ def test_a_literal_bracketed_number_in_a_document_is_not_a_citation_link(client,
     assert links >= 1 and ">[2]</a>" not in answer and ">[7]</a>" not in answer
 
 
-# --- §3: hardened defaults ---------------------------------------------------------------------
+# --- Hardened defaults ---------------------------------------------------------------------
 
 
 def test_an_uploaded_documents_uri_is_its_file_name_never_the_server_path(
