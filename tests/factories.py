@@ -260,7 +260,7 @@ class ConversationFactory(factory.django.DjangoModelFactory):
     unless given."""
 
     class Meta:
-        model = "retrieval.Conversation"
+        model = "people.Conversation"
 
     tenant = factory.SubFactory(TenantFactory)
     user = factory.LazyAttribute(lambda o: MembershipFactory(tenant=o.tenant).user)
@@ -271,7 +271,7 @@ class TurnFactory(factory.django.DjangoModelFactory):
     """The conversation's next turn (order one more than its last)."""
 
     class Meta:
-        model = "retrieval.Turn"
+        model = "people.Turn"
 
     conversation = factory.SubFactory(ConversationFactory)
     order = factory.LazyAttribute(lambda o: _next_number(o.conversation.turns, "order"))
@@ -285,7 +285,7 @@ class FeedbackFactory(factory.django.DjangoModelFactory):
     the trace's user."""
 
     class Meta:
-        model = "retrieval.Feedback"
+        model = "people.Feedback"
 
     trace = factory.SubFactory(TraceFactory, user=factory.SubFactory(UserFactory))
     tenant = factory.SelfAttribute("trace.tenant")
