@@ -21,10 +21,10 @@ import time
 from django.conf import settings
 from django.db import connection, transaction
 
-from core.errors import InvalidInput
 from knowledge.enrichment.keyphrases import keyphrases_extract
 from knowledge.enrichment.models import ChunkEnrichment, field_text
 from knowledge.enrichment.questions import questions_generate
+from knowledge.ingestion_settings import ingestion_settings_get
 from knowledge.models import Chunk, Tenant
 from retrieval.types import Usage
 
@@ -71,14 +71,9 @@ CROSS JOIN LATERAL unnest(g.v) AS t
 
 
 def enrichment_enabled(tenant: Tenant) -> bool:
-    """Whether ``tenant``'s chunks are enriched after ingestion: ``retrieval_config["enrichment"]``
-    (true or false), else ``KB_ENRICHMENT``. Another stored value is ``InvalidInput``."""
-    value = (tenant.retrieval_config or {}).get("enrichment")
-    if value is None:
-        return settings.KB_ENRICHMENT
-    if not isinstance(value, bool):
-        raise InvalidInput("Setting 'enrichment' must be true or false.")
-    return value
+    """Whether ``tenant``'s chunks are enriched after ingestion: its ``enrichment`` setting (true
+    or false), else ``KB_ENRICHMENT``. Another stored value is ``InvalidInput``."""
+    return ingestion_settings_get(tenant).enrichment_on
 
 
 def enrichment_enqueue(*, tenant: Tenant, report) -> None:

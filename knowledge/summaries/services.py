@@ -31,23 +31,21 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 
 from core.errors import InvalidInput
 from knowledge.embedders import get_embedder
 from knowledge.ingestion.tokenizer import count_tokens
+from knowledge.ingestion_settings import SUMMARY_METHODS, ingestion_settings_get
 from knowledge.models import SUMMARY_ORDINAL, Chunk, DocumentVersion, Tenant
 from knowledge.summaries.extractive import BodyChunk, summary_extract
 from knowledge.summaries.llm import summary_clean, summary_messages
 
 logger = logging.getLogger(__name__)
 
-# Values of ``Tenant.retrieval_config["summaries"]`` and ``KB_SUMMARIES``: off, auto (the LLM when
-# one is configured, else extractive), extractive (never the LLM), llm (the LLM; without one, or
-# when it fails, extractive, recorded as degraded).
-METHODS = ("off", "auto", "extractive", "llm")
+# Values of the tenant's ``summaries`` setting and ``KB_SUMMARIES`` (``knowledge.ingestion_settings``).
+METHODS = SUMMARY_METHODS
 MAX_TOKENS = 120  # a summary's length (cl100k tokens): about a short paragraph; the LLM's reply is capped there
 INPUT_TOKENS = 1500  # what the LLM reads of a document: its beginning
 MIN_CHUNKS = 2  # documents of fewer body chunks are their own summary
@@ -56,16 +54,11 @@ CONFIGURED = object()
 
 
 def summaries_setting(tenant: Tenant) -> str:
-    """The tenant's summary method: ``retrieval_config["summaries"]``, else ``KB_SUMMARIES``.
+    """The tenant's summary method: its ``summaries`` setting, else ``KB_SUMMARIES``.
 
     ``InvalidInput`` when the stored value is not one of ``METHODS``.
     """
-    value = (tenant.retrieval_config or {}).get("summaries")
-    if value is None:
-        return settings.KB_SUMMARIES
-    if value not in METHODS:
-        raise InvalidInput(f"Setting 'summaries' must be one of {', '.join(METHODS)}, not {value!r}.")
-    return value
+    return ingestion_settings_get(tenant).summary_method
 
 
 def summaries_enqueue(*, tenant: Tenant, report=None) -> bool:

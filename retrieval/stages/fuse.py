@@ -1,17 +1,102 @@
 """Fuse stage: one ranking from the retrievers' candidate lists, then the top-k chunks loaded (one query).
 
-The fusion functions themselves (RRF, min-max weighted, TM2C2, DBSF) are in ``retrieval.fusion``.
+The fusion functions:
+
+* ``rrf``: reciprocal rank fusion, score(d) = sum_i w_i / (k + rank_i(d)) with k = 60
+  (Cormack, Clarke & Buettcher, SIGIR 2009).
+* ``weighted``: convex combination of min-max normalized scores, by default 0.7 dense and
+  0.3 lexical (the 70/30 hybrid of seed ``advanced-rag-querying.txt``, after Wang et al.).
+* ``tm2c2``: theoretical min-max normalization; ``dbsf``: distribution-based score fusion.
+
+Each takes ``{name: [(id, score), ...]}`` lists ordered best first and returns
+``[(id, fused_score), ...]`` best first; ties keep the order of first appearance.
 """
 
 from __future__ import annotations
+
+import statistics
+import time
 
 from django.db import connection
 from django.db.models.base import ModelState
 
 from knowledge.models import Chunk, Document, DocumentVersion, Source
-from retrieval import fusion
 from retrieval.config import SearchConfig
+from retrieval.stages.base import Stage
+from retrieval.stages.rerank import rerank_depth
 from retrieval.types import CandidateLists, Ranking, SearchResult
+
+
+def rrf(lists: dict[str, Ranking], *, k: int = 60, weights: dict[str, float] | None = None) -> Ranking:
+    """Reciprocal rank fusion with per-list ``weights`` (default 1 each); ranks start at 1."""
+    scores: dict[int, float] = {}
+    for name, ranking in lists.items():
+        weight = 1.0 if weights is None else weights.get(name, 1.0)
+        for rank, (item, _score) in enumerate(ranking, start=1):
+            scores[item] = scores.get(item, 0.0) + weight / (k + rank)
+    return sorted(scores.items(), key=lambda pair: -pair[1])
+
+
+def min_max(ranking: Ranking) -> dict[int, float]:
+    """Scores rescaled to [0, 1] within the list (all 1.0 when every score is equal)."""
+    if not ranking:
+        return {}
+    values = [score for _, score in ranking]
+    low, high = min(values), max(values)
+    span = high - low
+    return {item: (score - low) / span if span > 0 else 1.0 for item, score in ranking}
+
+
+def weighted(lists: dict[str, Ranking], *, weights: dict[str, float]) -> Ranking:
+    """Weighted sum of min-max normalized scores; an item missing from a list scores 0 there."""
+    scores: dict[int, float] = {}
+    for name, ranking in lists.items():
+        weight = weights.get(name, 0.0)
+        for item, normalized in min_max(ranking).items():
+            scores[item] = scores.get(item, 0.0) + weight * normalized
+    return sorted(scores.items(), key=lambda pair: -pair[1])
+
+
+def tm2c2(lists: dict[str, Ranking], *, weights: dict[str, float], lower: dict[str, float]) -> Ranking:
+    """Convex combination with theoretical min-max normalization (TM2C2).
+
+    Each score becomes ``(s - lower) / (max - lower)`` where ``lower`` is the scorer's
+    theoretical minimum (0 for BM25, -1 for cosine similarity) and ``max`` the list's best
+    score; missing items score 0. Bruch, Gai & Ingber, "An Analysis of Fusion Functions for
+    Hybrid Retrieval", ACM TOIS 2023, found it more robust than RRF and plain min-max.
+    """
+    scores: dict[int, float] = {}
+    for name, ranking in lists.items():
+        if not ranking:
+            continue
+        floor = lower.get(name, 0.0)
+        top = max(score for _, score in ranking)
+        span = top - floor
+        weight = weights.get(name, 0.0)
+        for item, score in ranking:
+            normalized = (score - floor) / span if span > 0 else 1.0
+            scores[item] = scores.get(item, 0.0) + weight * normalized
+    return sorted(scores.items(), key=lambda pair: -pair[1])
+
+
+def dbsf(lists: dict[str, Ranking], *, weights: dict[str, float]) -> Ranking:
+    """Distribution-based score fusion: scores scaled by the list's mean ± 3 standard deviations.
+
+    ``(s - (mu - 3 sigma)) / (6 sigma)``, clipped to [0, 1]; missing items score 0
+    (as in Qdrant's DBSF fusion).
+    """
+    scores: dict[int, float] = {}
+    for name, ranking in lists.items():
+        if not ranking:
+            continue
+        values = [score for _, score in ranking]
+        mu = statistics.fmean(values)
+        sigma = statistics.pstdev(values) if len(values) > 1 else 0.0
+        weight = weights.get(name, 0.0)
+        for item, score in ranking:
+            normalized = min(1.0, max(0.0, (score - (mu - 3 * sigma)) / (6 * sigma))) if sigma > 0 else 1.0
+            scores[item] = scores.get(item, 0.0) + weight * normalized
+    return sorted(scores.items(), key=lambda pair: -pair[1])
 
 
 def candidates_fuse(candidates: CandidateLists, config: SearchConfig) -> Ranking:
@@ -21,12 +106,12 @@ def candidates_fuse(candidates: CandidateLists, config: SearchConfig) -> Ranking
         return next(iter(lists.values()))
     weights = {"dense": config.dense_weight, "lexical": config.lexical_weight}
     if config.fusion == "weighted":
-        return fusion.weighted(lists, weights=weights)
+        return weighted(lists, weights=weights)
     if config.fusion == "tm2c2":
-        return fusion.tm2c2(lists, weights=weights, lower={"dense": -1.0, "lexical": 0.0})
+        return tm2c2(lists, weights=weights, lower={"dense": -1.0, "lexical": 0.0})
     if config.fusion == "dbsf":
-        return fusion.dbsf(lists, weights=weights)
-    return fusion.rrf(lists, k=config.rrf_k)
+        return dbsf(lists, weights=weights)
+    return rrf(lists, k=config.rrf_k)
 
 
 # The result rows, narrow: only the columns results, packing and citations read (never the
@@ -160,3 +245,26 @@ def results_fetch(*, tenant, ranking: Ranking, candidates: CandidateLists, k: in
         }
         results.append(SearchResult(chunk=chunks[item], score=score, rank=len(results) + 1, components=components))
     return results
+
+
+class Fuse(Stage):
+    """The ``fuse`` step: the candidate lists fused by the spec's ``fusion`` (``candidates_fuse``),
+    then the top ``depth`` chunks loaded (``results_fetch``; more when a signal reranker runs,
+    ``rerank_depth``)."""
+
+    name = "fuse"
+
+    def apply(self, state, step):
+        search, candidates = state.spec.search, state.candidates
+        started = time.perf_counter()
+        ranking = candidates_fuse(candidates, search)
+        state.timings["fusion_ms"] = (time.perf_counter() - started) * 1000
+        depth = rerank_depth(state, k=state.depth or state.k)
+        started = time.perf_counter()
+        state.results = results_fetch(tenant=state.tenant, ranking=ranking, candidates=candidates, k=depth)
+        state.timings["fetch_ms"] = (time.perf_counter() - started) * 1000
+        step.summary = {
+            "fusion": search.fusion if len(candidates.lists) > 1 else "none",
+            "kept": [[r.chunk.pk, round(r.score, 5)] for r in state.results[:20]],
+        }
+        return state

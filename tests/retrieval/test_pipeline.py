@@ -56,7 +56,7 @@ def test_every_named_pipeline_resolves_to_its_rewrite_stages(tenant):
 def test_the_tenant_default_pipeline_and_settings_apply_unless_the_request_names_another(tenant):
     tenant.retrieval_config = {"pipeline": "expand", "rm3_fb_terms": 5, "fusion": "rrf"}
     spec = pipeline_spec(tenant=tenant)
-    assert (spec.name, spec.rm3_fb_terms, spec.search.fusion) == ("expand", 5, "rrf")
+    assert (spec.name, spec.setting("rm3_fb_terms"), spec.search.fusion) == ("expand", 5, "rrf")
     assert pipeline_spec(tenant=tenant, name="simple").name == "simple"
 
 
