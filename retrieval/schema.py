@@ -151,18 +151,6 @@ def settings_validate(values: dict) -> dict[type, dict]:
     return grouped
 
 
-def retrieval_config_validate(values: Any) -> dict:
-    """``values`` when it is a valid ``Tenant.retrieval_config`` (an object of known keys with
-    valid values; ``pipeline`` a pipeline's name is checked by ``retrieval.pipeline``), else
-    ``InvalidInput``."""
-    if not isinstance(values, dict):
-        raise InvalidInput("The retrieval settings must be a JSON object.")
-    if not isinstance(values.get(PIPELINE_KEY, ""), str):
-        raise InvalidInput("Setting 'pipeline' must be a pipeline name.")
-    settings_validate(values)
-    return values
-
-
 def _table(rows) -> list[str]:
     lines = ["| key | default | allowed | what it does |", "|---|---|---|---|"]
     lines += [f"| {' | '.join(row)} |" for row in rows]
@@ -207,7 +195,6 @@ def settings_table(pipelines: tuple[str, ...]) -> str:
 __all__ = [
     "PipelineSpec",
     "owners",
-    "retrieval_config_validate",
     "setting_keys",
     "settings_parts",
     "settings_table",
