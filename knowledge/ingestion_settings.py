@@ -3,7 +3,8 @@
 Stored in ``Tenant.retrieval_config`` beside the retrieval settings (one JSON object per tenant,
 validated as a whole by ``retrieval.schema``), but read here, by ingestion: ``IngestionSettings``
 is this part's schema (field metadata: allowed values and a one-line description, printed in
-``docs/configuration.md``) and ``ingestion_settings_get`` reads a tenant's values.
+``docs/configuration.md``); ``ingestion_setting`` reads one of a tenant's values, checked, and
+``enrichment_on``, ``summary_method`` and ``jaccard_threshold`` apply the deployment defaults.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from core.schema import part_build, setting
+from core.schema import part_fields, setting, setting_check
 
 # Values of the ``summaries`` setting and ``KB_SUMMARIES``: off, auto (the LLM when one is
 # configured, else extractive), extractive (never the LLM), llm (the LLM; without one, or when it
@@ -34,27 +35,32 @@ class IngestionSettings:
         None, range=(0.5, 1.0), doc="Jaccard similarity of near-duplicates (unset: `KB_NEAR_DUPLICATE_THRESHOLD`)"
     )
 
-    @property
-    def enrichment_on(self) -> bool:
-        """Whether chunks are enriched: the tenant's ``enrichment``, else ``KB_ENRICHMENT``."""
-        return settings.KB_ENRICHMENT if self.enrichment is None else self.enrichment
 
-    @property
-    def summary_method(self) -> str:
-        """The summary method: the tenant's ``summaries``, else ``KB_SUMMARIES``."""
-        return settings.KB_SUMMARIES if self.summaries is None else self.summaries
+def ingestion_setting(tenant, name: str):
+    """``tenant``'s value of the ingestion setting ``name`` (a field of ``IngestionSettings``),
+    checked alone, so a bad value of another key never stops this one; ``None`` when unset.
 
-    @property
-    def jaccard_threshold(self) -> float:
-        """The near-duplicate threshold: the tenant's, else ``KB_NEAR_DUPLICATE_THRESHOLD``."""
-        if self.near_duplicate_threshold is None:
-            return settings.KB_NEAR_DUPLICATE_THRESHOLD
-        return self.near_duplicate_threshold
-
-
-def ingestion_settings_get(tenant) -> IngestionSettings:
-    """``tenant``'s ingestion settings from its ``retrieval_config`` (other keys ignored).
-
-    ``InvalidInput`` naming the setting when a stored value breaks its rule.
+    ``InvalidInput`` naming the setting when the stored value breaks its rule.
     """
-    return part_build(IngestionSettings, dict(tenant.retrieval_config or {}))
+    return setting_check(_FIELDS[name], (tenant.retrieval_config or {}).get(name))
+
+
+def enrichment_on(tenant) -> bool:
+    """Whether ``tenant``'s chunks are enriched: its ``enrichment`` setting, else ``KB_ENRICHMENT``."""
+    value = ingestion_setting(tenant, "enrichment")
+    return settings.KB_ENRICHMENT if value is None else value
+
+
+def summary_method(tenant) -> str:
+    """``tenant``'s summary method: its ``summaries`` setting, else ``KB_SUMMARIES``."""
+    value = ingestion_setting(tenant, "summaries")
+    return settings.KB_SUMMARIES if value is None else value
+
+
+def jaccard_threshold(tenant) -> float:
+    """``tenant``'s near-duplicate threshold: its setting, else ``KB_NEAR_DUPLICATE_THRESHOLD``."""
+    value = ingestion_setting(tenant, "near_duplicate_threshold")
+    return settings.KB_NEAR_DUPLICATE_THRESHOLD if value is None else value
+
+
+_FIELDS = part_fields(IngestionSettings)

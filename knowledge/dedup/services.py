@@ -32,7 +32,7 @@ from knowledge.dedup.near import (
     signature_from_bytes,
     signatures,
 )
-from knowledge.ingestion_settings import ingestion_settings_get
+from knowledge.ingestion_settings import jaccard_threshold
 from knowledge.models import DocumentVersion, Tenant
 
 logger = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ logger = logging.getLogger(__name__)
 def near_duplicate_threshold(tenant: Tenant) -> float:
     """The tenant's Jaccard threshold: its ``near_duplicate_threshold`` setting, else
     ``KB_NEAR_DUPLICATE_THRESHOLD``. A stored value outside 0.5-1 is ``InvalidInput``."""
-    return ingestion_settings_get(tenant).jaccard_threshold
+    return jaccard_threshold(tenant)
 
 
 def _freshness(version: DocumentVersion) -> tuple:

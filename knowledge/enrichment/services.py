@@ -24,7 +24,7 @@ from django.db import connection, transaction
 from knowledge.enrichment.keyphrases import keyphrases_extract
 from knowledge.enrichment.models import ChunkEnrichment, field_text
 from knowledge.enrichment.questions import questions_generate
-from knowledge.ingestion_settings import ingestion_settings_get
+from knowledge.ingestion_settings import enrichment_on
 from knowledge.models import Chunk, Tenant
 from retrieval.types import Usage
 
@@ -73,7 +73,7 @@ CROSS JOIN LATERAL unnest(g.v) AS t
 def enrichment_enabled(tenant: Tenant) -> bool:
     """Whether ``tenant``'s chunks are enriched after ingestion: its ``enrichment`` setting (true
     or false), else ``KB_ENRICHMENT``. Another stored value is ``InvalidInput``."""
-    return ingestion_settings_get(tenant).enrichment_on
+    return enrichment_on(tenant)
 
 
 def enrichment_enqueue(*, tenant: Tenant, report) -> None:

@@ -37,7 +37,7 @@ from django.db.models import Exists, OuterRef
 from core.errors import InvalidInput
 from knowledge.embedders import get_embedder
 from knowledge.ingestion.tokenizer import count_tokens
-from knowledge.ingestion_settings import SUMMARY_METHODS, ingestion_settings_get
+from knowledge.ingestion_settings import SUMMARY_METHODS, summary_method
 from knowledge.models import SUMMARY_ORDINAL, Chunk, DocumentVersion, Tenant
 from knowledge.summaries.extractive import BodyChunk, summary_extract
 from knowledge.summaries.llm import summary_clean, summary_messages
@@ -58,7 +58,7 @@ def summaries_setting(tenant: Tenant) -> str:
 
     ``InvalidInput`` when the stored value is not one of ``METHODS``.
     """
-    return ingestion_settings_get(tenant).summary_method
+    return summary_method(tenant)
 
 
 def summaries_enqueue(*, tenant: Tenant, report=None) -> bool:

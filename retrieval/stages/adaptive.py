@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from core.schema import setting
-from retrieval.stages.base import ranking_run, stages_run
+from retrieval.stages.base import Stage, ranking_run, stages_run
 from retrieval.stages.confidence import DEFAULT_THRESHOLD, retrieval_confidence
 
 
@@ -42,7 +42,7 @@ def _budget_left(state) -> str:
     return ""
 
 
-class Adaptive:
+class Adaptive(Stage):
     """The adaptive composite stage: answer at the cheapest level whose confidence reaches the
     threshold (module docstring). Levels: the ``ranking`` stages then ``answer`` stages (pack,
     generate), then ``superrag``, then ``walkingrag`` (composite stages). Ranking only: the
@@ -54,12 +54,6 @@ class Adaptive:
     def __init__(self, *, ranking: tuple, answer: tuple, superrag, walkingrag):
         self.ranking, self.answer = ranking, answer
         self.superrag, self.walkingrag = superrag, walkingrag
-
-    def active(self, state) -> bool:
-        return True
-
-    def wants(self, state) -> int:
-        return 0
 
     def _escalate(self, state, level: str, confidence: float, threshold: float, following: str) -> str:
         with state.step("escalate") as step:

@@ -11,7 +11,8 @@ declared beside it, is its LLM-free counterpart. The fallback runs when the run 
 configured, ``use_llm=False``, or lost to an earlier endpoint failure: ``reason`` says which) or
 when the call fails (``error``; the run is then marked degraded, ``RunState.llm_failed``).
 
-Composite stages (SuperRAG, WalkingRAG, adaptive) override ``run`` and run stages of their own.
+Composite stages (the signal rerankers' chain, SuperRAG, WalkingRAG, adaptive) override ``run``
+and run stages of their own, each recording its own steps.
 """
 
 from __future__ import annotations

@@ -209,7 +209,7 @@ def _reranked(scored: list[ScoredCandidate]) -> list[SearchResult]:
     ]
 
 
-class SuperRAG:
+class SuperRAG(Stage):
     """The SuperRAG composite stage (module docstring) over the ``ranking`` stages.
 
     Answering: ``state.results`` are all candidates ordered by confidence, ``state.confidence``
@@ -228,12 +228,6 @@ class SuperRAG:
         self.pack = QuotationPack()
         self.generate = Generate()
         self.not_found = NotFound()
-
-    def active(self, state) -> bool:
-        return True
-
-    def wants(self, state) -> int:
-        return 0
 
     def run(self, state):
         candidates = state.spec.of(SuperRAGConfig).superrag_candidates

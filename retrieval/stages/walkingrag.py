@@ -36,7 +36,7 @@ from django.conf import settings
 
 from core.schema import setting
 from retrieval.llm import LLMError
-from retrieval.stages.base import ranking_run
+from retrieval.stages.base import Stage, ranking_run
 from retrieval.stages.fuse import candidates_fuse, results_fetch
 from retrieval.stages.generate import Generate
 from retrieval.stages.generate.walking import Fact, facts_extract
@@ -121,7 +121,7 @@ def answer_passages(facts: list[Fact], seen: dict[int, SearchResult], *, with_fa
     return passages
 
 
-class WalkingRAG:
+class WalkingRAG(Stage):
     """The WalkingRAG composite stage (module docstring) over the ``ranking`` stages.
 
     Answering: walk the documents in rounds, then answer from the facts with citations; ``k``
@@ -138,12 +138,6 @@ class WalkingRAG:
     def __init__(self, ranking: tuple):
         self.ranking = ranking
         self.generate = Generate()
-
-    def active(self, state) -> bool:
-        return True
-
-    def wants(self, state) -> int:
-        return 0
 
     def walk_without_llm(self, run, seen: dict) -> str:
         """The fallback: one round of hybrid retrieval (the ``walk.round1`` step); the stop reason."""

@@ -7,8 +7,10 @@ from django.conf import settings
 from django.core.management import call_command
 
 from core.errors import InvalidInput
-from retrieval.pipeline import PIPELINE_NAMES, pipeline_spec
+from retrieval.pipeline import PIPELINE_NAMES, PIPELINES, pipeline_retrieve, pipeline_spec
 from retrieval.schema import PipelineSpec, setting_keys, settings_table, settings_validate
+from retrieval.stages.base import StageProtocol
+from retrieval.stages.rerank import SIGNAL_RERANKERS, reranker_register
 
 
 def test_the_committed_configuration_docs_are_the_schema_s_own_output():
@@ -53,3 +55,26 @@ def test_a_spec_reads_and_replaces_any_setting_by_its_key(tenant):
 def test_the_flat_trace_config_holds_every_key_of_the_schema():
     config = PipelineSpec().as_config()
     assert set(setting_keys()) - {"pipeline"} <= set(config) | set(config["search"])
+
+
+def test_every_pipeline_is_a_row_of_stages_of_one_shape(tenant):
+    for name, stages in PIPELINES.items():
+        assert stages and all(isinstance(stage, StageProtocol) for stage in stages), name
+        assert pipeline_spec(tenant=tenant, name=name).name == name
+
+
+def test_a_reranker_registered_from_another_app_runs_in_the_chain_with_its_own_settings(corpus):
+    path = "tests.retrieval.reverse_reranker"
+    plain = pipeline_retrieve(tenant=corpus, query="fix a flat tyre", k=3)
+    with pytest.raises(InvalidInput, match="reverse_top"):
+        pipeline_spec(tenant=corpus, overrides={"reverse_top": 2})
+    reranker_register(path, before="retrieval.stages.rerank.diversity")
+    try:
+        run = pipeline_retrieve(tenant=corpus, query="fix a flat tyre", k=3, overrides={"reverse_top": 2})
+        assert [s.stage for s in run.steps] == ["retrieve", "fuse", "reverse"]
+        assert run.steps[-1].summary == {"reversed": 2}
+        ids = [r.chunk.pk for r in plain.results]
+        assert [r.chunk.pk for r in run.results] == [ids[1], ids[0], ids[2]]
+        assert "reverse_top" in settings_table(PIPELINE_NAMES)
+    finally:
+        SIGNAL_RERANKERS.remove(path)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from importlib import import_module
 
+from retrieval.stages.base import Stage
 from retrieval.types import SearchResult
 
 SIGNAL_RERANKERS = [
@@ -69,17 +70,10 @@ def rerank_depth(state, *, k: int) -> int:
     return max(k, RERANK_DEPTH) if _active(state) else k
 
 
-class Rerank:
+class Rerank(Stage):
     """The signal rerankers (each a step when active), then the top ``depth`` ranked 1..n."""
 
     name = "rerank"
-    config = None
-
-    def active(self, state) -> bool:
-        return True
-
-    def wants(self, state) -> int:
-        return 0
 
     def run(self, state):
         results: list[SearchResult] = state.results
