@@ -314,10 +314,10 @@ def searchers(tenant, *, k: int = 10, candidates: int = 100) -> dict:
     from dataclasses import replace
 
     from retrieval.config import SearchConfig
+    from retrieval.filters import RetrievalFilter
     from retrieval.stages.fuse import candidates_fuse, results_fetch
     from retrieval.stages.retrieve.candidates import candidates_retrieve
     from retrieval.stages.retrieve.dense import vector_search
-    from retrieval.stages.retrieve.filters import RetrievalFilter
     from retrieval.stages.retrieve.lexical import bm25_search
     from retrieval.types import QueryPlan
 
@@ -375,7 +375,7 @@ def lexical_exactness(tenant, questions: list[str], *, limit: int = 100) -> dict
     and ``"differing"`` (the first few questions whose rankings differ, for inspection).
     """
     from retrieval.config import SearchConfig
-    from retrieval.stages.retrieve.filters import RetrievalFilter
+    from retrieval.filters import RetrievalFilter
     from retrieval.stages.retrieve.lexical import bm25_search
 
     where = RetrievalFilter.for_tenant(tenant)
@@ -430,8 +430,8 @@ def time_interleaved(runs: dict, questions: list[str], vectors: np.ndarray, *, r
 
 def dense_overlap(tenant, vectors: np.ndarray, *, limit: int = 100, ef_search: int = 100) -> float:
     """Mean overlap of the tenant-index top-``limit`` with the exact scan's (recall@limit against exact)."""
+    from retrieval.filters import RetrievalFilter
     from retrieval.stages.retrieve.dense import vector_search
-    from retrieval.stages.retrieve.filters import RetrievalFilter
 
     where = RetrievalFilter.for_tenant(tenant)
     overlaps = []

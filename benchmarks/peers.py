@@ -16,7 +16,7 @@ vectors are handed to the peers, which index them in their own tables of the dat
 ``kb_peers`` on the same PostgreSQL server (reused between runs; ``--rebuild`` reloads them).
 The 170 questions are embedded once with the product's embedder and every retriever gets the
 same query vector, so latency is retrieval only (no embedding anywhere): for the product, the
-retrieve and fuse stages plus fetching the top 100 result rows (``candidates_stages``); for a
+retrieve and fuse stages plus fetching the top 100 result rows (``Retrieve``, ``Fuse``, ``Rerank``); for a
 peer, its retriever's ``run`` returning documents. Two more product rows include the query
 embedding (the embedder's query cache cleared first): ``product_hybrid+embed`` embeds while BM25
 runs, ``product_hybrid+embed_sequential`` one after the other.
@@ -225,9 +225,13 @@ def main() -> None:
     from knowledge.embedders import get_embedder
     from quality.importers import dataset_load
     from quality.metrics import documents_from_chunks, query_metrics
+    from retrieval.filters import RetrievalFilter
     from retrieval.pipeline import pipeline_spec
-    from retrieval.run import RunContext, candidates_stages
-    from retrieval.stages.retrieve.filters import RetrievalFilter
+    from retrieval.stages.base import stages_run
+    from retrieval.stages.fuse import Fuse
+    from retrieval.stages.rerank import Rerank
+    from retrieval.stages.retrieve.candidates import Retrieve
+    from retrieval.state import RunState
     from retrieval.types import QueryPlan
 
     dataset = dataset_load(name="bioasq", paths=[DATASET])
@@ -241,22 +245,23 @@ def main() -> None:
     spec = pipeline_spec(tenant=tenant, name="simple")
     where = RetrievalFilter.for_tenant(tenant)
 
+    ranking = {concurrent: (Retrieve(concurrent=concurrent), Fuse(), Rerank()) for concurrent in (True, False)}
+
     def product(mode: str, i: int) -> tuple[float, list[int], dict]:
-        run = RunContext(tenant=tenant, spec=spec, where=where, llm=None)
         plan = QueryPlan.from_question(questions[i])
         plan.dense_vector = vectors[i]
+        run = RunState(tenant=tenant, spec=spec, where=where, plan=plan, k=K, mode=mode)
         started = time.perf_counter()
-        results = candidates_stages(run, plan, k=K, mode=mode)
-        return (time.perf_counter() - started) * 1000, [r.chunk.pk for r in results], run.timings
+        run = stages_run(run, ranking[True])
+        return (time.perf_counter() - started) * 1000, [r.chunk.pk for r in run.results], run.timings
 
     def product_embedded(i: int, *, concurrent: bool) -> tuple[float, list[int], dict]:
         cache_clear()
-        run = RunContext(tenant=tenant, spec=spec, where=where, llm=None)
+        plan = QueryPlan.from_question(questions[i])
+        run = RunState(tenant=tenant, spec=spec, where=where, plan=plan, k=K, mode="hybrid")
         started = time.perf_counter()
-        results = candidates_stages(
-            run, QueryPlan.from_question(questions[i]), k=K, mode="hybrid", concurrent=concurrent
-        )
-        return (time.perf_counter() - started) * 1000, [r.chunk.pk for r in results], run.timings
+        run = stages_run(run, ranking[concurrent])
+        return (time.perf_counter() - started) * 1000, [r.chunk.pk for r in run.results], run.timings
 
     product_runs = {f"product_{mode}": (lambda i, mode=mode: product(mode, i)) for mode in PRODUCT_MODES}
     product_runs["product_hybrid+embed"] = lambda i: product_embedded(i, concurrent=True)

@@ -369,10 +369,10 @@ def main() -> None:
         "who_asks": {
             "questions": len(PAIRS),
             "settings": {
-                "band": defaults.personal_band,
-                "boost": defaults.personal_boost,
-                "useful_boost": defaults.personal_useful_boost,
-                "cap": defaults.personal_cap,
+                "band": defaults.setting("personal_band"),
+                "boost": defaults.setting("personal_boost"),
+                "useful_boost": defaults.setting("personal_useful_boost"),
+                "cap": defaults.setting("personal_cap"),
             },
             "askers": who_asks(tenant, users),
         }

@@ -82,8 +82,8 @@ def dev_set_recall(*, keep: bool) -> dict:
     from knowledge.services.tenants import tenant_delete
     from knowledge.vector_index import tenant_vector_indexes
     from quality.importers import dataset_load
+    from retrieval.filters import RetrievalFilter
     from retrieval.stages.retrieve.dense import vector_search
-    from retrieval.stages.retrieve.filters import RetrievalFilter
 
     dataset = dataset_load(name="bioasq", paths=[_corpus.DATASETS / "bioasq" / "bioasq-12b-dev.json"])
     tenant = Tenant.objects.filter(slug="scale-bioasq").first()

@@ -38,9 +38,9 @@ def main() -> None:
     from knowledge.embedders import get_embedder
     from knowledge.models import Chunk, Document, DocumentVersion
     from knowledge.services import source_get_or_create
+    from retrieval.filters import RetrievalFilter
     from retrieval.pipeline import pipeline_answer
     from retrieval.search import chunk_search
-    from retrieval.stages.retrieve.filters import RetrievalFilter
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--tenant", default="django-releases")

@@ -13,7 +13,7 @@ user who is not a member of the tenant may not ask in it at all (``PermissionDen
 The rules are read when a query starts (``access_scope_get``: one SQL query giving the versions
 of the documents hidden from the user), never copied onto chunks: retrieval applies
 ``AccessScope.chunk_parts``/``denied_condition`` inside the SQL of both retrievers (through
-``retrieval.stages.retrieve.filters.RetrievalFilter``), and the document selectors apply
+``retrieval.filters.RetrievalFilter``), and the document selectors apply
 ``documents_visible``/``sources_visible``, so changing a rule or a group takes effect on the next
 query, with no re-indexing.
 """

@@ -3,7 +3,7 @@
 A version's *date* is its ``published_at`` when the source gave one, else its ingestion time;
 the version current on a day D is, per document, the one with the latest date on or before D
 (ties: the higher number). Retrieval applies the same rule in SQL
-(``retrieval.stages.retrieve.filters.RetrievalFilter``).
+(``retrieval.filters.RetrievalFilter``).
 """
 
 from __future__ import annotations

@@ -25,7 +25,28 @@ result's ``components["personal"]`` and the moves in the step summary.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from core.schema import setting
 from people.personalization import PersonalSignals, personal_signals_cached
+
+NAME = "personal"
+
+
+@dataclass(frozen=True)
+class Config:
+    """Settings of the ``personal`` reranker."""
+
+    personal_boost: float = setting(0.2, range=(0.0, 1.0), doc="added to the factor for a preferred source")
+    personal_useful_boost: float = setting(
+        0.2, range=(0.0, 1.0), doc="weight of the usefulness from feedback and opened citations"
+    )
+    personal_cap: float = setting(0.2, range=(0.0, 1.0), doc="the factor stays within 1 ± cap")
+    personal_mute: float = setting(0.2, range=(0.0, 1.0), doc="a muted source's results are multiplied by 1 - mute")
+    personal_band: float = setting(
+        0.15, range=(0.0, 1.0), doc="only results within this share of the top score are reordered"
+    )
+
 
 _UNSET = object()
 
@@ -33,12 +54,12 @@ _UNSET = object()
 def signals_for(run) -> PersonalSignals | None:
     """The run's personal signals (read once per run and kept on it), or ``None`` when the request
     says ``personalize: false`` or nobody is signed in."""
-    cached = getattr(run, "_personal_signals", _UNSET)
+    cached = run.memo.get(NAME, _UNSET)
     if cached is _UNSET:
         cached = None
         if run.options.get("personalize", True) and run.user is not None:
             cached = personal_signals_cached(tenant=run.tenant, user=run.user)
-        run._personal_signals = cached
+        run.memo[NAME] = cached
     return cached
 
 
@@ -75,7 +96,7 @@ def rerank(run, results, *, k: int):
     docstring), re-ranked 1..n; and the summary: signals, band, and the results that moved
     (``[chunk_id, from rank, to rank, factor]``)."""
     signals = signals_for(run)
-    spec = run.spec
+    spec = run.spec.of(Config)
     if not results or signals is None:
         return results, {}
     floor = max(r.score for r in results) * (1.0 - spec.personal_band)

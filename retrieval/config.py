@@ -1,26 +1,31 @@
-"""Retrieval settings (``SearchConfig``) and their validation.
+"""The retrieve and fuse stages' settings (``SearchConfig``) and the limits every request obeys.
 
 Defaults, then ``KB_FUSION``, then a tenant's ``Tenant.retrieval_config``, then a request's
-overrides. Every key is checked: an unknown key or a bad value raises ``InvalidInput`` naming it,
-so a broken tenant setting is a clear 400, never a 500.
+overrides. Every key is checked against its field (``core.schema``): an unknown key or a bad
+value raises ``InvalidInput`` naming it, so a broken tenant setting is a clear 400, never a 500.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 
 from django.conf import settings
 
 from core.errors import InvalidInput
+from core.schema import part_fields, setting, setting_check
 
 MODES = ("hybrid", "lexical", "dense")
 FUSIONS = ("rrf", "weighted", "tm2c2", "dbsf")
 MAX_QUERY_CHARS = 2000
 
 
+def _search(default, **rule):
+    return setting(default, label="Search setting", **rule)
+
+
 @dataclass(frozen=True)
 class SearchConfig:
-    """How the retrievers and the fusion run.
+    """How the retrievers and the fusion run (the ``retrieve`` and ``fuse`` stages).
 
     ``fusion`` is one of ``FUSIONS``; ``candidates`` is how many chunks each retriever brings
     (and the HNSW ``ef_search`` floor). The defaults (min-max weighted fusion, 0.7 dense / 0.3
@@ -28,24 +33,25 @@ class SearchConfig:
     (``benchmarks/retrieval_quality.py --variants``; README, "Retrieval quality").
     """
 
-    fusion: str = "weighted"
-    rrf_k: int = 60
-    dense_weight: float = 0.7
-    lexical_weight: float = 0.3
-    candidates: int = 100
-    ef_search: int = 100
-    bm25_k1: float = 1.2
-    bm25_b: float = 0.75
-    # Weight of the enrichment field's BM25 added to the body's (retrieval.stages.retrieve.enrichment);
-    # 0 = off. Default by measurement (benchmarks/enrichment_quality.py, docs/enrichment.md).
-    enrichment_weight: float = 0.0
+    fusion: str = _search("weighted", choices=FUSIONS, doc="how the two candidate lists fuse (default: `KB_FUSION`)")
+    rrf_k: int = _search(60, range=(1, 1000), integer=True, doc="k of reciprocal rank fusion")
+    dense_weight: float = _search(0.7, range=(0.0, 1.0), doc="weight of the dense list in weighted fusions")
+    lexical_weight: float = _search(0.3, range=(0.0, 1.0), doc="weight of the BM25 list in weighted fusions")
+    candidates: int = _search(100, range=(1, 1000), integer=True, doc="chunks each retriever brings")
+    ef_search: int = _search(100, range=(1, 1000), integer=True, doc="HNSW search breadth (at least `candidates`)")
+    bm25_k1: float = _search(1.2, range=(0.0, 10.0), doc="BM25 term-frequency saturation")
+    bm25_b: float = _search(0.75, range=(0.0, 1.0), doc="BM25 length normalization")
+    # Default by measurement (benchmarks/enrichment_quality.py, docs/enrichment.md).
+    enrichment_weight: float = _search(
+        0.0, range=(0.0, 2.0), doc="weight of the enrichment field's BM25 added to the body's (0 = off)"
+    )
 
     @classmethod
     def for_tenant(cls, tenant, **overrides) -> SearchConfig:
         """The tenant's configuration with ``overrides`` on top (``None`` values are ignored).
 
         Keys of ``tenant.retrieval_config`` that are not search settings (e.g. ``pipeline``)
-        are left to ``retrieval.pipeline``. ``InvalidInput`` for a bad value.
+        are left to ``retrieval.schema``. ``InvalidInput`` for a bad value.
         """
         stored = {k: v for k, v in (tenant.retrieval_config or {}).items() if k in _FIELDS}
         given = {k: v for k, v in overrides.items() if v is not None}
@@ -57,37 +63,17 @@ class SearchConfig:
         unknown = sorted(set(values) - set(_FIELDS))
         if unknown:
             raise InvalidInput(f"Unknown search setting(s): {', '.join(unknown)}.")
-        checked = {name: _check(name, value) for name, value in values.items()}
-        return cls(**checked)
+        return cls(**{name: search_check(name, value) for name, value in values.items()})
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-_FIELDS = {f.name: f for f in fields(SearchConfig)}
-_RANGES = {
-    "rrf_k": (1, 1000),
-    "dense_weight": (0.0, 1.0),
-    "lexical_weight": (0.0, 1.0),
-    "candidates": (1, 1000),
-    "ef_search": (1, 1000),
-    "bm25_k1": (0.0, 10.0),
-    "bm25_b": (0.0, 1.0),
-    "enrichment_weight": (0.0, 2.0),
-}
+_FIELDS = part_fields(SearchConfig)
 
 
-def _check(name: str, value):
+def search_check(name: str, value):
     """``value`` checked (and coerced int -> float) for the search setting ``name``."""
-    if name == "fusion":
-        if value not in FUSIONS:
-            raise InvalidInput(f"Unknown fusion {value!r}; use one of {', '.join(FUSIONS)}.")
-        return value
-    low, high = _RANGES[name]
-    wants_int = _FIELDS[name].type in ("int", int)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (wants_int and not isinstance(value, int)):
-        kind = "an integer" if wants_int else "a number"
-        raise InvalidInput(f"Search setting {name!r} must be {kind}, not {value!r}.")
-    if not low <= value <= high:
-        raise InvalidInput(f"Search setting {name!r} must be between {low} and {high}, not {value!r}.")
-    return value if wants_int else float(value)
+    if name == "fusion" and value not in FUSIONS:
+        raise InvalidInput(f"Unknown fusion {value!r}; use one of {', '.join(FUSIONS)}.")
+    return setting_check(_FIELDS[name], value)

@@ -89,6 +89,19 @@ class SearchResult:
     near_duplicates: list[dict] = field(default_factory=list)
     update: str | None = None
 
+    @property
+    def duplicates(self) -> dict:
+        """``also_in``, ``near_duplicates`` and ``update`` when set (what a citation of it shows)."""
+        return {
+            key: value
+            for key, value in (
+                ("also_in", self.also_in),
+                ("near_duplicates", self.near_duplicates),
+                ("update", self.update),
+            )
+            if value
+        }
+
     def as_dict(self, *, with_text: bool = True) -> dict:
         version = self.chunk.version
         document = version.document
@@ -126,13 +139,15 @@ def _version_fields(version) -> dict:
 class Passage:
     """Context text from one document version: ``chunks`` are the chunk ordinals it covers.
 
-    ``anchor`` is the retrieved chunk (the one a citation points at); ``score`` its fused score.
+    ``anchor`` is the retrieved chunk (the one a citation points at); ``score`` its fused score;
+    ``duplicates`` where else its content appears (``SearchResult.duplicates``), shown on citations.
     """
 
     anchor: Any
     text: str
     score: float
     chunks: list[int] = field(default_factory=list)
+    duplicates: dict = field(default_factory=dict)
 
     @property
     def version(self):
@@ -169,7 +184,7 @@ class Citation:
             "kind": chunk.kind,
             "score": round(self.passage.score, 6),
             "text": self.passage.text,
-            **getattr(chunk, "duplicates", {}),  # also_in, near_duplicates, update when any
+            **self.passage.duplicates,  # also_in, near_duplicates, update when any
         }
 
 

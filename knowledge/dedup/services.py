@@ -16,7 +16,6 @@ import time
 from collections import Counter
 from collections.abc import Iterable
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 
@@ -33,25 +32,17 @@ from knowledge.dedup.near import (
     signature_from_bytes,
     signatures,
 )
+from knowledge.ingestion_settings import jaccard_threshold
 from knowledge.models import DocumentVersion
 from knowledge.models.dedup import MinHashSignature, NearDuplicateCluster, NearDuplicateMember, NearDuplicatePair
 
 logger = logging.getLogger(__name__)
 
-# Bounds of a tenant's ``retrieval_config["near_duplicate_threshold"]``.
-THRESHOLD_RANGE = (0.5, 1.0)
-
 
 def near_duplicate_threshold(tenant: Tenant) -> float:
-    """The tenant's Jaccard threshold: ``retrieval_config["near_duplicate_threshold"]``, else
-    ``KB_NEAR_DUPLICATE_THRESHOLD``. A stored value outside ``THRESHOLD_RANGE`` is ``InvalidInput``."""
-    value = (tenant.retrieval_config or {}).get("near_duplicate_threshold")
-    if value is None:
-        return settings.KB_NEAR_DUPLICATE_THRESHOLD
-    low, high = THRESHOLD_RANGE
-    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
-        raise InvalidInput(f"Setting 'near_duplicate_threshold' must be a number between {low} and {high}.")
-    return float(value)
+    """The tenant's Jaccard threshold: its ``near_duplicate_threshold`` setting, else
+    ``KB_NEAR_DUPLICATE_THRESHOLD``. A stored value outside 0.5-1 is ``InvalidInput``."""
+    return jaccard_threshold(tenant)
 
 
 def _freshness(version: DocumentVersion) -> tuple:

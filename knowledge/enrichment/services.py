@@ -22,12 +22,12 @@ from django.conf import settings
 from django.db import connection, transaction
 
 import llm as llm_api
-from core.errors import InvalidInput
 from core.models import Tenant
 from core.queue import task_enqueue
 from knowledge import task_names
 from knowledge.enrichment.keyphrases import keyphrases_extract
 from knowledge.enrichment.questions import questions_generate
+from knowledge.ingestion_settings import enrichment_on
 from knowledge.models import Chunk
 from knowledge.models.enrichment import ChunkEnrichment, field_text
 from llm import LLMError, Usage
@@ -75,14 +75,9 @@ CROSS JOIN LATERAL unnest(g.v) AS t
 
 
 def enrichment_enabled(tenant: Tenant) -> bool:
-    """Whether ``tenant``'s chunks are enriched after ingestion: ``retrieval_config["enrichment"]``
-    (true or false), else ``KB_ENRICHMENT``. Another stored value is ``InvalidInput``."""
-    value = (tenant.retrieval_config or {}).get("enrichment")
-    if value is None:
-        return settings.KB_ENRICHMENT
-    if not isinstance(value, bool):
-        raise InvalidInput("Setting 'enrichment' must be true or false.")
-    return value
+    """Whether ``tenant``'s chunks are enriched after ingestion: its ``enrichment`` setting (true
+    or false), else ``KB_ENRICHMENT``. Another stored value is ``InvalidInput``."""
+    return enrichment_on(tenant)
 
 
 def enrichment_enqueue(*, tenant: Tenant, report) -> None:

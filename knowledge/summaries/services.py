@@ -31,7 +31,6 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 
@@ -41,6 +40,7 @@ from core.models import Tenant
 from core.queue import task_enqueue
 from knowledge import task_names
 from knowledge.embedders import get_embedder
+from knowledge.ingestion_settings import SUMMARY_METHODS, summary_method
 from knowledge.models import SUMMARY_ORDINAL, Chunk, DocumentVersion
 from knowledge.summaries.extractive import BodyChunk, summary_extract
 from knowledge.summaries.llm import summary_clean, summary_messages
@@ -49,10 +49,8 @@ from llm.tokenizer import count_tokens
 
 logger = logging.getLogger(__name__)
 
-# Values of ``Tenant.retrieval_config["summaries"]`` and ``KB_SUMMARIES``: off, auto (the LLM when
-# one is configured, else extractive), extractive (never the LLM), llm (the LLM; without one, or
-# when it fails, extractive, recorded as degraded).
-METHODS = ("off", "auto", "extractive", "llm")
+# Values of the tenant's ``summaries`` setting and ``KB_SUMMARIES`` (``knowledge.ingestion_settings``).
+METHODS = SUMMARY_METHODS
 MAX_TOKENS = 120  # a summary's length (cl100k tokens): about a short paragraph; the LLM's reply is capped there
 INPUT_TOKENS = 1500  # what the LLM reads of a document: its beginning
 MIN_CHUNKS = 2  # documents of fewer body chunks are their own summary
@@ -61,16 +59,11 @@ CONFIGURED = object()
 
 
 def summaries_setting(tenant: Tenant) -> str:
-    """The tenant's summary method: ``retrieval_config["summaries"]``, else ``KB_SUMMARIES``.
+    """The tenant's summary method: its ``summaries`` setting, else ``KB_SUMMARIES``.
 
     ``InvalidInput`` when the stored value is not one of ``METHODS``.
     """
-    value = (tenant.retrieval_config or {}).get("summaries")
-    if value is None:
-        return settings.KB_SUMMARIES
-    if value not in METHODS:
-        raise InvalidInput(f"Setting 'summaries' must be one of {', '.join(METHODS)}, not {value!r}.")
-    return value
+    return summary_method(tenant)
 
 
 def summaries_enqueue(*, tenant: Tenant, report=None) -> bool:

@@ -15,14 +15,27 @@ inside delimiters that mark it as untrusted data.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from django.db.models import Q
 
 from core.models import Tenant
+from core.schema import setting
 from knowledge.models import Chunk, DocumentVersion
+from retrieval.stages.base import Stage
 from retrieval.types import Passage, SearchResult
 
 STRATEGIES = ("top_n", "window")
+
+
+@dataclass(frozen=True)
+class PackConfig:
+    """Settings of the ``pack`` stage (a request's ``strategy`` and ``window_size`` override them)."""
+
+    strategy: str = setting("window", choices=STRATEGIES, doc="context passages: the top chunks, or each widened")
+    window_size: int = setting(1, range=(0, 10), integer=True, doc="window: neighbouring chunks on either side")
+
+
 # A citation-like marker ("[3]") inside a document's own text: neutralized so it can never pass
 # for one of the product's citations (prompt injection, forged references).
 _MARKER = re.compile(r"\[(\d{1,3})\]")
@@ -31,7 +44,10 @@ _DELIMITER = re.compile(r"</?passage\b[^>]*>", re.IGNORECASE)
 
 def top_n(results: list[SearchResult], *, n: int) -> list[Passage]:
     """The first ``n`` results, one passage each."""
-    return [Passage(anchor=r.chunk, text=r.chunk.text, score=r.score, chunks=[r.chunk.ordinal]) for r in results[:n]]
+    return [
+        Passage(anchor=r.chunk, text=r.chunk.text, score=r.score, chunks=[r.chunk.ordinal], duplicates=r.duplicates)
+        for r in results[:n]
+    ]
 
 
 def window(tenant: Tenant, results: list[SearchResult], *, n: int, size: int = 1) -> list[Passage]:
@@ -72,7 +88,11 @@ def window(tenant: Tenant, results: list[SearchResult], *, n: int, size: int = 1
     spans: dict[int, list[tuple[int, int, Passage]]] = {}
     for r in chosen:
         if r.chunk.kind == Chunk.Kind.SUMMARY:
-            passages.append(Passage(anchor=r.chunk, text=r.chunk.text, score=r.score, chunks=[r.chunk.ordinal]))
+            passages.append(
+                Passage(
+                    anchor=r.chunk, text=r.chunk.text, score=r.score, chunks=[r.chunk.ordinal], duplicates=r.duplicates
+                )
+            )
             continue
         version = r.chunk.version
         ordinals = [
@@ -91,6 +111,7 @@ def window(tenant: Tenant, results: list[SearchResult], *, n: int, size: int = 1
             text=_cut(texts[version.pk], version.pk, neighbours, lo, hi),
             score=r.score,
             chunks=list(range(lo, hi + 1)),
+            duplicates=r.duplicates,
         )
         spans.setdefault(version.pk, []).append((lo, hi, passage))
         passages.append(passage)
@@ -124,3 +145,32 @@ def context_compose(passages: list[Passage], *, reverse_pack: bool) -> str:
     if reverse_pack:
         blocks.reverse()
     return "\n\n".join(blocks)
+
+
+class Pack(Stage):
+    """The ``pack`` step of an answer: the first ``k`` results as passages, by the spec's strategy
+    (``top_n`` or ``window``). Retrieval ends here: ``search_ms`` is taken as it starts."""
+
+    name = "pack"
+    config = PackConfig
+
+    def active(self, state):
+        return state.answering
+
+    def run(self, state):
+        state.search_ms = state.elapsed_ms()
+        return super().run(state)
+
+    def apply(self, state, step):
+        config = self.settings(state)
+        if config.strategy == "window":
+            state.passages = window(state.tenant, state.results, n=state.k, size=config.window_size)
+        else:
+            state.passages = top_n(state.results, n=state.k)
+        step.summary = {
+            "strategy": config.strategy,
+            "window": config.window_size if config.strategy == "window" else None,
+            "reverse_pack": state.reverse_pack,
+            "passages": [{"chunk_id": p.anchor.pk, "chunks": p.chunks} for p in state.passages],
+        }
+        return state

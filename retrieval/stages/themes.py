@@ -24,7 +24,21 @@ from dataclasses import dataclass, field
 import numpy as np
 from django.db import connection
 
+from core.schema import setting
+from retrieval.stages.base import Stage
 from retrieval.types import SearchResult
+
+
+@dataclass(frozen=True)
+class ThemesConfig:
+    """Settings of the ``themes`` stage."""
+
+    themes: str = setting(
+        "off", choices=("off", "on"), doc="pack the best chunk of each theme of a broad question first"
+    )
+    themes_pool: int = setting(30, range=(5, 100), integer=True, doc="candidates grouped into themes")
+    themes_threshold: float = setting(0.6, range=(0.0, 1.0), doc="share of the best score a candidate needs to count")
+    themes_distance: float = setting(0.5, range=(0.05, 2.0), doc="cosine distance at which themes are cut")
 
 
 @dataclass
@@ -141,3 +155,30 @@ def results_by_theme(
         ],
     }
     return order, summary
+
+
+class Themes(Stage):
+    """The ``themes`` step of an answer (``themes: on``): the best ``themes_pool`` results
+    reordered so the first ``k`` hold the best chunk of each theme (``results_by_theme``), then
+    cut to ``k``. It asks the ranking for ``themes_pool`` results."""
+
+    name = "themes"
+    config = ThemesConfig
+
+    def active(self, state):
+        return state.answering and self.settings(state).themes == "on"
+
+    def wants(self, state):
+        return self.settings(state).themes_pool if self.active(state) else 0
+
+    def apply(self, state, step):
+        config = self.settings(state)
+        results, step.summary = results_by_theme(
+            state.results[: config.themes_pool],
+            tenant_id=state.tenant.pk,
+            k=state.k,
+            threshold=config.themes_threshold,
+            distance=config.themes_distance,
+        )
+        state.results = results[: state.k]
+        return state

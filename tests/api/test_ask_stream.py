@@ -112,7 +112,7 @@ def test_an_exception_inside_the_pipeline_becomes_an_error_event(failure, code, 
     def broken(*args, **kwargs):
         raise failure
 
-    monkeypatch.setattr("retrieval.run.candidates_retrieve", broken)
+    monkeypatch.setattr("retrieval.stages.retrieve.candidates.candidates_retrieve", broken)
     response = member_client.post(STREAM, {"question": "How long should spaghetti cook?"}, format="json")
     assert response.status_code == 200
     events = sse_events(response)

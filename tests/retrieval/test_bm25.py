@@ -7,7 +7,7 @@ from knowledge.ingestion.readers import ReadDocument
 from knowledge.ingestion.splitters import SingleChunkSplitter
 from knowledge.models import Chunk, CorpusStatistic, Document, Posting, TermStatistic
 from knowledge.services import document_delete, documents_ingest
-from retrieval.stages.retrieve.filters import RetrievalFilter
+from retrieval.filters import RetrievalFilter
 from retrieval.stages.retrieve.lexical import bm25_search
 
 

@@ -7,9 +7,9 @@ from knowledge.enrichment.services import chunks_enrich
 from knowledge.ingestion.readers import ReadDocument
 from knowledge.services import documents_ingest
 from retrieval.config import SearchConfig
+from retrieval.filters import RetrievalFilter
 from retrieval.search import chunk_search
 from retrieval.stages.retrieve.enrichment import enrichment_bm25_search, fields_combine
-from retrieval.stages.retrieve.filters import RetrievalFilter
 from tests.conftest import BIKE
 from tests.factories import SourceFactory
 from tests.retrieval.doubles import ScriptedLLM

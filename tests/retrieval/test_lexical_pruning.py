@@ -11,8 +11,8 @@ from knowledge.ingestion.readers import ReadDocument
 from knowledge.ingestion.splitters import SingleChunkSplitter
 from knowledge.models import Chunk, Document, Posting, TermStatistic
 from knowledge.services import document_delete, documents_ingest, source_get_or_create
+from retrieval.filters import RetrievalFilter
 from retrieval.stages.retrieve import lexical
-from retrieval.stages.retrieve.filters import RetrievalFilter
 from retrieval.stages.retrieve.lexical import bm25_search
 
 # Zipf-like vocabulary: the first words are in most chunks (long postings), the last in a few.

@@ -255,7 +255,7 @@ def _nearest_one_by_one(*, tenant_id, chunk_id, version_ids, condition, params):
 def test_the_batched_nearest_chunk_query_finds_what_the_per_result_query_found(three_releases):
     from knowledge.dedup.selectors import chunks_nearest_in_versions
     from knowledge.models import Chunk
-    from retrieval.stages.retrieve.filters import RetrievalFilter
+    from retrieval.filters import RetrievalFilter
 
     tenant = three_releases
     chunks = list(Chunk.objects.for_tenant(tenant).select_related("version__document").order_by("pk"))

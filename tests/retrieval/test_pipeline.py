@@ -9,9 +9,9 @@ from knowledge.ingestion.readers import ReadDocument
 from knowledge.services import documents_ingest
 from llm import LLMBadOutput, LLMClient, LLMUnavailable
 from retrieval.config import SearchConfig
+from retrieval.filters import RetrievalFilter
 from retrieval.pipeline import PIPELINE_NAMES, pipeline_answer, pipeline_retrieve, pipeline_spec
 from retrieval.search import chunk_search
-from retrieval.stages.retrieve.filters import RetrievalFilter
 from retrieval.stages.retrieve.lexical import bm25_search, query_lexemes
 from retrieval.stages.rewrite.expand import query_expand_llm, query_expand_rm3
 from retrieval.stages.rewrite.hyde import hyde_embed, query_hyde
@@ -56,7 +56,7 @@ def test_every_named_pipeline_resolves_to_its_rewrite_stages(tenant):
 def test_the_tenant_default_pipeline_and_settings_apply_unless_the_request_names_another(tenant):
     tenant.retrieval_config = {"pipeline": "expand", "rm3_fb_terms": 5, "fusion": "rrf"}
     spec = pipeline_spec(tenant=tenant)
-    assert (spec.name, spec.rm3_fb_terms, spec.search.fusion) == ("expand", 5, "rrf")
+    assert (spec.name, spec.setting("rm3_fb_terms"), spec.search.fusion) == ("expand", 5, "rrf")
     assert pipeline_spec(tenant=tenant, name="simple").name == "simple"
 
 

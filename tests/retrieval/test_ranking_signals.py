@@ -11,11 +11,11 @@ from core.errors import InvalidInput
 from knowledge.ingestion.readers import ReadDocument
 from knowledge.models import Source
 from knowledge.services import documents_ingest
+from retrieval.filters import RetrievalFilter
 from retrieval.pipeline import pipeline_retrieve, pipeline_spec
-from retrieval.run import RunContext
 from retrieval.search import chunk_search
 from retrieval.stages.rerank import diversity, recency
-from retrieval.stages.retrieve.filters import RetrievalFilter
+from retrieval.state import RunState
 from tests.conftest import BIKE, PASTA, TAXES
 from tests.factories import SourceFactory
 
@@ -64,8 +64,8 @@ def dated_corpus(tenant):
 
 
 def run_for(tenant, *, as_of=None, **settings):
-    spec = replace(pipeline_spec(tenant=tenant, name="simple"), **settings)
-    return RunContext(tenant=tenant, spec=spec, where=RetrievalFilter.for_tenant(tenant, as_of=as_of), llm=None)
+    spec = pipeline_spec(tenant=tenant, name="simple").with_settings(**settings)
+    return RunState(tenant=tenant, spec=spec, where=RetrievalFilter.for_tenant(tenant, as_of=as_of))
 
 
 def documents(results):

@@ -58,8 +58,8 @@ def test_the_fusion_can_be_chosen_per_tenant(corpus):
 
 def test_embedding_the_query_during_the_lexical_search_finds_the_same_candidates_as_one_after_the_other(corpus):
     from retrieval.config import SearchConfig
+    from retrieval.filters import RetrievalFilter
     from retrieval.stages.retrieve.candidates import candidates_retrieve
-    from retrieval.stages.retrieve.filters import RetrievalFilter
     from retrieval.types import QueryPlan
 
     plan = QueryPlan.from_question("how do I patch a bicycle tyre puncture?")
@@ -84,8 +84,8 @@ def test_outside_a_transaction_the_dense_side_runs_on_its_own_connection_with_th
 
     from core.rls import tenant_context
     from retrieval.config import SearchConfig
+    from retrieval.filters import RetrievalFilter
     from retrieval.stages.retrieve.candidates import candidates_retrieve
-    from retrieval.stages.retrieve.filters import RetrievalFilter
     from retrieval.types import QueryPlan
 
     plan = QueryPlan.from_question("how do I patch a bicycle tyre puncture?")
@@ -106,8 +106,8 @@ def test_outside_a_transaction_the_dense_side_runs_on_its_own_connection_with_th
 def test_the_dense_sides_worker_runs_under_the_callers_row_level_security_scope(corpus, other_tenant_corpus):
     from core.rls import tenant_context
     from retrieval.config import SearchConfig
+    from retrieval.filters import RetrievalFilter
     from retrieval.stages.retrieve.candidates import candidates_retrieve
-    from retrieval.stages.retrieve.filters import RetrievalFilter
     from retrieval.types import QueryPlan
 
     plan = QueryPlan.from_question("how do I patch a bicycle tyre puncture?")
@@ -122,9 +122,9 @@ def test_the_dense_sides_worker_runs_under_the_callers_row_level_security_scope(
 
 def test_search_results_with_their_document_and_source_are_fetched_in_one_query(corpus, django_assert_num_queries):
     from retrieval.config import SearchConfig
+    from retrieval.filters import RetrievalFilter
     from retrieval.stages.fuse import candidates_fuse, results_fetch
     from retrieval.stages.retrieve.candidates import candidates_retrieve
-    from retrieval.stages.retrieve.filters import RetrievalFilter
     from retrieval.types import QueryPlan
 
     plan = QueryPlan.from_question("bicycle tyre, pasta water and expense receipts")
@@ -148,7 +148,7 @@ def test_search_results_with_their_document_and_source_are_fetched_in_one_query(
 
 def test_result_rows_are_never_loaded_for_another_tenants_chunk_ids(corpus, other_tenant_corpus):
     from knowledge.models import Chunk
-    from retrieval.stages.fuse import chunks_load
+    from retrieval.stages.fetch import chunks_load
 
     theirs = list(Chunk.objects.for_tenant(other_tenant_corpus).values_list("pk", flat=True))
     ours = list(Chunk.objects.for_tenant(corpus).values_list("pk", flat=True))

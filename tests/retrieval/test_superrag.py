@@ -172,7 +172,12 @@ def test_a_malformed_grading_keeps_the_fused_score_and_the_llm_still_answers(cor
 
 def test_the_superrag_pipeline_resolves_to_its_flow_with_fifty_candidates(tenant):
     spec = pipeline_spec(tenant=tenant, name="superrag")
-    assert (spec.kind, spec.rewrites, spec.superrag_candidates, spec.superrag_keep) == ("superrag", (), 50, 5)
+    assert (spec.kind, spec.rewrites, spec.setting("superrag_candidates"), spec.setting("superrag_keep")) == (
+        "superrag",
+        (),
+        50,
+        5,
+    )
 
 
 # --- The real local LLM (llama.cpp + Gemma 3 270M): plumbing, not quality -------------------

@@ -20,8 +20,8 @@ from knowledge.models import Chunk
 from knowledge.services import documents_ingest
 from knowledge.services.tenants import tenant_delete
 from knowledge.vector_index import tenant_vector_index_ensure, tenant_vector_indexes, vector_index_name
+from retrieval.filters import RetrievalFilter
 from retrieval.stages.retrieve.dense import vector_search
-from retrieval.stages.retrieve.filters import RetrievalFilter
 from tests.factories import SourceFactory, TenantFactory
 
 VASA = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "rag4p-vasa"

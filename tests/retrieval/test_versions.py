@@ -7,9 +7,9 @@ import pytest
 
 from knowledge.ingestion.readers import ReadDocument
 from knowledge.services import documents_ingest
+from retrieval.filters import RetrievalFilter
 from retrieval.pipeline import pipeline_answer
 from retrieval.search import chunk_search
-from retrieval.stages.retrieve.filters import RetrievalFilter
 from retrieval.stages.retrieve.lexical import bm25_search
 from tests.factories import SourceFactory
 

@@ -293,7 +293,7 @@ def test_without_an_llm_the_walk_is_one_round_of_retrieval_and_an_extractive_ans
 
 def test_walkingrag_is_a_named_pipeline_with_its_own_round_limit(tenant):
     spec = pipeline_spec(tenant=tenant, name="walkingrag", overrides={"walk_max_rounds": 2})
-    assert (spec.kind, spec.rewrites, spec.walk_max_rounds) == ("walkingrag", (), 2)
+    assert (spec.kind, spec.rewrites, spec.setting("walk_max_rounds")) == ("walkingrag", (), 2)
 
 
 def test_the_budget_settings_read_numbers_and_refuse_anything_else(monkeypatch):

@@ -41,8 +41,8 @@ from core.tenancy import TenantScopedQuerySet
 from knowledge.models import IngestionJob
 from people.models import Conversation, Feedback
 from quality.models import ConfigChange
+from retrieval.filters import RetrievalFilter
 from retrieval.models import Trace
-from retrieval.stages.retrieve.filters import RetrievalFilter
 from tests.acl_world import markers, tenant_world
 from tests.api.conftest import client_for
 

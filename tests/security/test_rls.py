@@ -14,7 +14,7 @@ from core.models import Membership
 from core.rls import APP_ROLE, rls_bypass, rls_request_bind, rls_request_scope, tenant_context
 from core.tenancy import TenantScopedQuerySet
 from knowledge.models import Chunk, Document, Source
-from retrieval.stages.retrieve.filters import RetrievalFilter
+from retrieval.filters import RetrievalFilter
 from tests.api.conftest import client_for
 from tests.factories import MembershipFactory, UserFactory
 

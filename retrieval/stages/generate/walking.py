@@ -200,7 +200,7 @@ def facts_extract(
     ``passages`` are the chunks read this round, numbered 1..n in order; ``known_facts`` those
     of earlier rounds (shown to the model, and never kept twice). ``llm`` is an ``LLMClient``
     (``structured``). Returns (validated ``RoundResult``, the call's usage). Raises
-    ``llm.LLMError`` when the call fails or its JSON stays malformed; the flow then
+    ``llm.LLMError`` when the call fails or its JSON stays malformed; the stage then
     answers from what it gathered so far.
     """
     data, completion = llm.structured(

@@ -4,66 +4,84 @@
 question and quotes the part that answers it; without an LLM, the fused score and the
 best-matching sentence stand in.
 
-After fusion every flow runs the *signal* rerankers below, in this order, each as its own step
-when it is active for the run (``active(run)``):
+After fusion every pipeline runs the *signal* rerankers registered here, in this order, each as
+its own step when it is active for the run (``active(state)``):
 
 ==================  ===========================================================================
-near_duplicates     collapse a near-duplicate cluster to its freshest member (issue 8 §1)
-recency             relevance x recency decay x source reliability, with a floor (issue 8 §3)
-personal            bounded boost of what the asker prefers and found useful (``people.rerank``)
-diversity           at most m chunks per document/source in the top k, or MMR (issue 8 §4)
+near_duplicates     collapse a near-duplicate cluster to its freshest member
+recency             relevance x recency decay x source reliability, with a floor
+personal            bounded boost of what the asker prefers and found useful (people.rerank)
+diversity           at most m chunks per document/source in the top k, or MMR
 ==================  ===========================================================================
 
-Each module has ``active(run) -> bool`` and ``rerank(run, results, *, k) -> (results, summary)``
-(results best first, re-ranked 1..n; summary a JSON-able dict for the trace). The fuse step
-fetches ``rerank_depth`` results when any is active, so a reranker can promote a candidate from
-below the top ``k``; the chain's output is cut to ``k``.
+A signal reranker is a module (named by its dotted path in ``SIGNAL_RERANKERS``, so another app
+may register one with ``reranker_register``) with ``NAME`` (its step), ``Config`` (its settings
+part, a frozen dataclass of ``core.schema.setting`` fields), ``active(state) -> bool`` and
+``rerank(state, results, *, k) -> (results, summary)`` (results best first, re-ranked 1..n;
+summary a JSON-able dict for the trace). The fuse step fetches ``rerank_depth`` results when any
+is active, so a reranker can promote a candidate from below the top ``k``; ``Rerank`` cuts the
+chain's output to ``k``.
 """
 
 from __future__ import annotations
 
 from importlib import import_module
-from types import ModuleType
 
+from retrieval.stages.base import Stage
 from retrieval.types import SearchResult
 
-SIGNAL_RERANKERS = ("near_duplicates", "recency", "personal", "diversity")
+SIGNAL_RERANKERS = [
+    "retrieval.stages.rerank.near_duplicates",
+    "retrieval.stages.rerank.recency",
+    "retrieval.stages.rerank.diversity",
+]
 # Results the fuse step hands to the signal rerankers when any is active.
 RERANK_DEPTH = 50
-# Signal rerankers that live in an app above retrieval, registered by it when Django starts
-# (``personal``: ``people.rerank``, from ``people.apps``); the others are modules of this package.
-_REGISTERED: dict[str, ModuleType] = {}
+_loaded: dict[str, object] = {}
 
 
-def signal_reranker_register(name: str, module: ModuleType) -> None:
-    """Run ``module`` (``active(run)`` and ``rerank(run, results, *, k)``, as this package's modules)
-    as the signal reranker ``name``, at that name's place in ``SIGNAL_RERANKERS``; ``ValueError``
-    for another name."""
-    if name not in SIGNAL_RERANKERS:
-        raise ValueError(f"Unknown signal reranker {name!r}; known: {', '.join(SIGNAL_RERANKERS)}.")
-    _REGISTERED[name] = module
+def reranker_register(path: str, *, before: str | None = None) -> None:
+    """Add the signal reranker module at dotted ``path`` to the chain (at the end, or just before
+    the one whose path is ``before``); a path already registered is left where it is."""
+    if path in SIGNAL_RERANKERS:
+        return
+    at = SIGNAL_RERANKERS.index(before) if before in SIGNAL_RERANKERS else len(SIGNAL_RERANKERS)
+    SIGNAL_RERANKERS.insert(at, path)
 
 
-def _modules(run) -> list:
-    modules = [
-        (name, _REGISTERED[name] if name in _REGISTERED else import_module(f"retrieval.stages.rerank.{name}"))
-        for name in SIGNAL_RERANKERS
-        if name in _REGISTERED or name != "personal"
-    ]
-    return [(name, module) for name, module in modules if module.active(run)]
+def signal_rerankers() -> list:
+    """The registered signal reranker modules, in chain order."""
+    modules = []
+    for path in SIGNAL_RERANKERS:
+        module = _loaded.get(path)
+        if module is None:
+            module = _loaded[path] = import_module(path)
+        modules.append(module)
+    return modules
 
 
-def rerank_depth(run, *, k: int) -> int:
+def _active(state) -> list:
+    return [module for module in signal_rerankers() if module.active(state)]
+
+
+def rerank_depth(state, *, k: int) -> int:
     """How many fused results to fetch for a top ``k``: ``max(k, RERANK_DEPTH)`` when a reranker is active."""
-    return max(k, RERANK_DEPTH) if _modules(run) else k
+    return max(k, RERANK_DEPTH) if _active(state) else k
 
 
-def rerank_stages(run, results: list[SearchResult], *, k: int) -> list[SearchResult]:
-    """Run the active signal rerankers over ``results`` (each a step); the top ``k``, ranked 1..k."""
-    for name, module in _modules(run):
-        with run.step(name) as step:
-            results, step.summary = module.rerank(run, results, k=k)
-    results = results[:k]
-    for rank, result in enumerate(results, 1):
-        result.rank = rank
-    return results
+class Rerank(Stage):
+    """The signal rerankers (each a step when active), then the top ``depth`` ranked 1..n."""
+
+    name = "rerank"
+
+    def run(self, state):
+        results: list[SearchResult] = state.results
+        k = state.depth or state.k
+        for module in _active(state):
+            with state.step(module.NAME) as step:
+                results, step.summary = module.rerank(state, results, k=k)
+        results = results[:k]
+        for rank, result in enumerate(results, 1):
+            result.rank = rank
+        state.results = results
+        return state

@@ -23,13 +23,33 @@ running counts, or the MMR terms).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from django.db import connection
+
+from core.schema import setting
+
+NAME = "diversity"
+
+
+@dataclass(frozen=True)
+class Config:
+    """Settings of the ``diversity`` reranker."""
+
+    diversity: str = setting("off", choices=("off", "caps", "mmr"), doc="per-document/source caps, or MMR")
+    diversity_per_document: int = setting(
+        2, range=(0, 50), integer=True, doc="caps: results one document may place in the top k (0 = no cap)"
+    )
+    diversity_per_source: int = setting(
+        0, range=(0, 50), integer=True, doc="caps: results one source may place in the top k (0 = no cap)"
+    )
+    mmr_lambda: float = setting(0.7, range=(0.0, 1.0), doc="mmr: weight of relevance against novelty")
 
 
 def active(run) -> bool:
     """Whether this reranker runs for ``run``: the spec's ``diversity`` is ``caps`` or ``mmr``."""
-    return getattr(run.spec, "diversity", "off") in ("caps", "mmr")
+    return run.spec.of(Config).diversity in ("caps", "mmr")
 
 
 def results_cap(results, *, per_document: int, per_source: int):
@@ -125,7 +145,7 @@ def rerank(run, results, *, k: int):
     Returns (results best first, summary: method, settings, distinct documents and sources in the
     top ``k`` before and after).
     """
-    spec = run.spec
+    spec = run.spec.of(Config)
 
     def distinct(rows) -> dict:
         top = rows[:k]

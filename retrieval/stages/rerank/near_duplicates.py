@@ -20,12 +20,29 @@ meaningless).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from django.db import connection
 from django.db.models.base import ModelState
 
+from core.schema import setting
 from knowledge.dedup.selectors import Place, chunks_nearest_in_versions, duplicates_for_versions, tenant_has_duplicates
 from knowledge.models import Chunk, Document, DocumentVersion, Source
-from retrieval.stages.fuse import chunks_load
+from retrieval.stages.fetch import chunks_load
+
+NAME = "near_duplicates"
+
+
+@dataclass(frozen=True)
+class Config:
+    """Settings of the ``near_duplicates`` reranker."""
+
+    collapse_near_duplicates: bool = setting(
+        True,
+        switch=True,
+        doc="show one member of a near-duplicate cluster, the freshest (a request's `collapse` overrides)",
+    )
+
 
 _VERSION = Chunk._meta.get_field("version")
 _DOCUMENT = DocumentVersion._meta.get_field("document")
@@ -37,15 +54,15 @@ def collapse_wanted(run) -> bool:
     option = run.options.get("collapse")
     if option is not None:
         return bool(option)
-    return bool(getattr(run.spec, "collapse_near_duplicates", True))
+    return run.spec.of(Config).collapse_near_duplicates
 
 
 def active(run) -> bool:
     """Whether the run's tenant holds any duplicate (a near-duplicate cluster or an exact duplicate):
     then results are annotated, and collapsed when wanted. Asked once per run (cached on it)."""
-    cached = getattr(run, "_near_duplicates_active", None)
+    cached = run.memo.get(NAME)
     if cached is None:
-        cached = run._near_duplicates_active = tenant_has_duplicates(tenant=run.tenant)
+        cached = run.memo[NAME] = tenant_has_duplicates(tenant=run.tenant)
     return cached
 
 
@@ -181,7 +198,7 @@ def _pair(a: int, b: int) -> tuple[int, int]:
 
 
 def _annotate(result, dups, freshest: dict, tenant_id: int, sources: tuple[int, ...]) -> None:
-    """Set ``also_in``, ``near_duplicates`` and ``update`` on ``result`` (and its chunk, for citations)."""
+    """Set ``also_in``, ``near_duplicates`` and ``update`` on ``result`` (citations carry them, ``SearchResult.duplicates``)."""
     version_id = result.chunk.version_id
     places = dups.also_in.get(version_id, [])
     if places:
@@ -205,15 +222,6 @@ def _annotate(result, dups, freshest: dict, tenant_id: int, sources: tuple[int, 
         if freshest[cid].version_id == version_id and others:
             kind, update, _ = dups.pairs.get(_pair(version_id, others[0].version_id), ("", "", 0))
             result.update = update if kind == "meaningful" and update else None
-    result.chunk.duplicates = {
-        key: value
-        for key, value in (
-            ("also_in", result.also_in),
-            ("near_duplicates", result.near_duplicates),
-            ("update", result.update),
-        )
-        if value
-    }
 
 
 def duplicate_lines(result: dict) -> list[str]:

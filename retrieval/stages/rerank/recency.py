@@ -39,16 +39,39 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from datetime import time as clock_time
 
 from django.db.models import Q
 from django.utils import timezone
 
+from core.schema import setting
 from knowledge.models import DocumentVersion, Source
 from retrieval import hooks
 
-_ACTIVE = "_recency_active"
+NAME = "recency"
+
+
+@dataclass(frozen=True)
+class Config:
+    """Settings of the ``recency`` reranker."""
+
+    recency: str = setting("on", choices=("on", "off"), doc="the recency and quality reranker")
+    recency_floor: float = setting(0.5, range=(0.0, 1.0), doc="lowest recency factor")
+    recency_half_life_days: float = setting(
+        0.0, range=(0.0, 36500.0), doc="half-life of sources without their own, in days (0 = none)"
+    )
+    recency_undated: str = setting(
+        "neutral", choices=("neutral", "ingested"), doc="factor of a version without `published_at`"
+    )
+    recency_threshold: float = setting(0.0, range=(0.0, 1.0), doc="drop below this share of the best fused score")
+    quality_weight: float = setting(1.0, range=(0.0, 1.0), doc="exponent on the source's reliability")
+    source_feedback_weight: float = setting(
+        0.0, range=(0.0, 1.0), doc="largest damping of a source by its negative citation feedback (0 = off)"
+    )
+
+
 # Tenant id -> (checked at, monotonic seconds; whether a source decays or is less than reliable).
 # Kept per process for ``SIGNALS_TTL_S`` so a search does not pay a query for it: a change of a
 # source's half-life or reliability reaches running processes within that time.
@@ -66,7 +89,7 @@ def _tenant_has_signals(run) -> bool:
     One ``exists()`` query per tenant and process every ``SIGNALS_TTL_S`` seconds (the answer is
     also kept on the run, which asks twice).
     """
-    cached = getattr(run, _ACTIVE, None)
+    cached = run.memo.get(NAME)
     if cached is not None:
         return cached
     tenant_id = run.tenant.pk
@@ -81,7 +104,7 @@ def _tenant_has_signals(run) -> bool:
             .exists()
         )
         _signals[tenant_id] = (now, cached)
-    setattr(run, _ACTIVE, cached)
+    run.memo[NAME] = cached
     return cached
 
 
@@ -92,8 +115,8 @@ def active(run) -> bool:
     has a half-life or a reliability below 1; otherwise every factor would be 1 and the stage is
     skipped (no deeper fetch, no step).
     """
-    spec = run.spec
-    if getattr(spec, "recency", "off") != "on":
+    spec = run.spec.of(Config)
+    if spec.recency != "on":
         return False
     if spec.recency_half_life_days > 0 or spec.recency_threshold > 0 or spec.source_feedback_weight > 0:
         return True
@@ -172,7 +195,7 @@ def rerank(run, results, *, k: int):
     Returns (results best first, summary for the trace: counts of dated results, damped and
     dropped ones, and which chunks moved into the top ``k``).
     """
-    spec = run.spec
+    spec = run.spec.of(Config)
     if not results:
         return results, {"results": 0}
     now = reference_time(run)

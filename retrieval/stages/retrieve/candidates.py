@@ -33,9 +33,10 @@ from django.db import connection
 
 from knowledge.embedders import get_embedder
 from retrieval.config import SearchConfig
+from retrieval.filters import RetrievalFilter
+from retrieval.stages.base import Stage
 from retrieval.stages.retrieve.dense import vector_search
 from retrieval.stages.retrieve.enrichment import enrichment_bm25_search, fields_combine
-from retrieval.stages.retrieve.filters import RetrievalFilter
 from retrieval.stages.retrieve.lexical import bm25_search
 from retrieval.types import CandidateLists, QueryPlan
 
@@ -203,3 +204,46 @@ def candidates_retrieve(
         lists["dense"], dense_timings = _dense(plan, vector=vector, **dense_args)
         timings.update(dense_timings)
     return CandidateLists(lists=lists, details=details), timings
+
+
+def _top(ranking, n: int = 20) -> list[list]:
+    return [[item, round(score, 5)] for item, score in ranking[:n]]
+
+
+class Retrieve(Stage):
+    """The ``retrieve`` step: each retriever's candidates for the run's plan (``candidates_retrieve``),
+    at least ``depth`` of them; the summary shows the queries and the best candidates of each list."""
+
+    name = "retrieve"
+
+    def __init__(self, *, concurrent: bool = True):
+        self.concurrent = concurrent  # embed the query while BM25 runs (hybrid mode)
+
+    def apply(self, state, step):
+        plan, mode, search = state.plan, state.mode, state.spec.search
+        candidates, timings = candidates_retrieve(
+            plan,
+            where=state.where,
+            embedder=state.tenant.embedder,
+            mode=mode,
+            config=search,
+            limit=max(search.candidates, state.depth or state.k),
+            concurrent=self.concurrent,
+        )
+        state.timings.update(timings)
+        state.candidates = candidates
+        queries: dict = {}
+        if mode != "dense":
+            queries["lexical"] = (
+                {t: round(w, 4) for t, w in plan.lexical_terms.items()} if plan.lexical_terms else plan.lexical_query
+            )
+        if mode != "lexical":
+            queries["dense"] = "HyDE vector" if plan.dense_vector is not None else plan.dense_text
+        step.summary = {
+            "mode": mode,
+            "filter": state.where.summary(),
+            "queries": queries,
+            "candidates": {name: _top(ranked) for name, ranked in candidates.lists.items()},
+            "counts": {name: len(ranked) for name, ranked in candidates.lists.items()},
+        }
+        return state

@@ -26,7 +26,7 @@ from django.db import connection, transaction
 from psycopg import sql
 
 from knowledge.vector_index import vector_index_name
-from retrieval.stages.retrieve.filters import RetrievalFilter
+from retrieval.filters import RetrievalFilter
 from retrieval.types import Ranking
 
 PLANS = ("auto", "hnsw", "exact")

@@ -45,7 +45,7 @@ from __future__ import annotations
 from django.db import connection
 from psycopg import sql
 
-from retrieval.stages.retrieve.filters import RetrievalFilter
+from retrieval.filters import RetrievalFilter
 from retrieval.types import Ranking
 
 _TEXT_LEXEMES = sql.SQL("SELECT DISTINCT lexeme, 1.0::float8 AS weight FROM unnest(to_tsvector('english', %(query)s))")

@@ -16,6 +16,8 @@ from dataclasses import replace
 
 from django.db import connection
 
+from retrieval.stages.base import LLMStage
+from retrieval.stages.rewrite.rephrase import query_rephrase
 from retrieval.types import QueryPlan
 
 MAX_CARRIED_TERMS = 8
@@ -67,3 +69,26 @@ def query_condense(plan: QueryPlan, *, history: list[str]) -> tuple[QueryPlan, d
     query = f"{plan.lexical_query} {' '.join(terms)}"
     condensed = replace(plan, lexical_query=query, dense_text=query, notes=[*plan.notes, f"condensed: {query}"])
     return condensed, {"carried_terms": terms, "query": query}
+
+
+class Condense(LLMStage):
+    """The ``condense`` step of a follow-up question (a run with ``history``): the LLM rephrases
+    it from the conversation (``query_rephrase``). Fallback: the earlier questions' key terms
+    are carried into the query (``query_condense``). Inactive when the pipeline's own rephrase
+    stage will do it with the LLM."""
+
+    name = "condense"
+
+    def active(self, state):
+        return bool(state.history) and not ("rephrase" in state.spec.rewrites and state.llm is not None)
+
+    def with_llm(self, state, step):
+        state.plan, step.usage, summary = query_rephrase(state.plan, llm=state.llm, history=state.history)
+        step.summary = {"by": "llm", "history": len(state.history), **summary}
+        return state
+
+    def fallback(self, state, step, *, reason, error):
+        state.plan, summary = query_condense(state.plan, history=state.history)
+        failed = {"fallback": "key terms"} if error else {}
+        step.summary = {"by": "key terms", "history": len(state.history), **summary, **failed}
+        return state

@@ -19,12 +19,14 @@ question.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
+from core.schema import setting
 from knowledge.models import Chunk, CorpusStatistic, TermStatistic
 from llm import Usage
 from retrieval.config import SearchConfig
-from retrieval.stages.retrieve.filters import RetrievalFilter
+from retrieval.filters import RetrievalFilter
+from retrieval.stages.base import LLMStage, llm_reply
 from retrieval.stages.retrieve.lexical import bm25_search, query_lexemes
 from retrieval.types import QueryPlan
 
@@ -133,3 +135,53 @@ def query_expand_rm3(
         "terms": {t: round(w, 4) for t, w in sorted(terms.items(), key=lambda pair: -pair[1])},
     }
     return rewritten, Usage(), summary
+
+
+EXPANSIONS = ("auto", "llm", "rm3")
+
+
+@dataclass(frozen=True)
+class ExpandConfig:
+    """Settings of the ``expand`` stage (RM3's defaults are Anserini's)."""
+
+    expansion: str = setting(
+        "auto", choices=EXPANSIONS, doc="LLM synonyms (`llm`), RM3 (`rm3`), or the LLM when one is configured (`auto`)"
+    )
+    rm3_fb_docs: int = setting(10, range=(1, 100), integer=True, doc="RM3: feedback chunks of the first BM25 pass")
+    rm3_fb_terms: int = setting(10, range=(1, 100), integer=True, doc="RM3: expansion terms kept")
+    rm3_original_weight: float = setting(0.5, range=(0.0, 1.0), doc="RM3: weight of the original query terms")
+    llm_expansion_weight: float = setting(0.5, range=(0.0, 1.0), doc="weight of the terms the LLM adds")
+
+
+class Expand(LLMStage):
+    """The ``expand`` step: OR-expansion of the lexical query by LLM synonyms (``query_expand_llm``).
+
+    Fallback, and the method itself with ``expansion: rm3`` (or ``auto`` without an LLM): RM3
+    (``query_expand_rm3``), from a first BM25 pass."""
+
+    name = "expand"
+    config = ExpandConfig
+
+    def apply(self, state, step):
+        expansion = self.settings(state).expansion
+        if expansion == "rm3" or (expansion == "auto" and state.llm is None):
+            return self.fallback(state, step, reason="", error=None)
+        return super().apply(state, step)
+
+    def with_llm(self, state, step):
+        weight = self.settings(state).llm_expansion_weight
+        state.plan, step.usage, step.summary = query_expand_llm(state.plan, llm=state.llm, weight=weight)
+        return state
+
+    def fallback(self, state, step, *, reason, error):
+        config = self.settings(state)
+        state.plan, _, summary = query_expand_rm3(
+            state.plan,
+            where=state.where,
+            config=state.spec.search,
+            fb_docs=config.rm3_fb_docs,
+            fb_terms=config.rm3_fb_terms,
+            original_weight=config.rm3_original_weight,
+        )
+        step.summary = {**summary, "fallback": "rm3", **llm_reply(error)} if error else summary
+        return state

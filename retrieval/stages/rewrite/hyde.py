@@ -10,12 +10,14 @@ The prompt follows seed ``advanced-rag-querying.txt``.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from core.schema import setting
 from knowledge.embedders import get_embedder
 from llm import Usage
+from retrieval.stages.base import LLMStage, llm_reply
 from retrieval.types import QueryPlan
 
 SYSTEM_PROMPT = (
@@ -55,3 +57,30 @@ def query_hyde(plan: QueryPlan, *, llm, embedder: str, mix: float = 0.5) -> tupl
     vector = hyde_embed(question_vector, passage_vector, mix=mix)
     rewritten = replace(plan, dense_vector=vector, notes=[*plan.notes, "HyDE passage embedded"])
     return rewritten, completion.usage, {"passage": passage, "mix": mix}
+
+
+@dataclass(frozen=True)
+class HydeConfig:
+    """Settings of the ``hyde`` stage."""
+
+    hyde_mix: float = setting(0.5, range=(0.0, 1.0), doc="the hypothetical passage's share of the dense query vector")
+
+
+class HyDE(LLMStage):
+    """The ``hyde`` step: the dense side searches a hypothetical passage's embedding (``query_hyde``).
+
+    Fallback: the question as asked (a skipped step without an LLM)."""
+
+    name = "hyde"
+    config = HydeConfig
+
+    def with_llm(self, state, step):
+        mix = self.settings(state).hyde_mix
+        state.plan, step.usage, step.summary = query_hyde(
+            state.plan, llm=state.llm, embedder=state.tenant.embedder, mix=mix
+        )
+        return state
+
+    def fallback(self, state, step, *, reason, error):
+        step.summary = {"fallback": "the question as asked", **llm_reply(error)} if error else {"skipped": reason}
+        return state

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from llm import Usage
+from retrieval.stages.base import LLMStage, llm_reply
 from retrieval.types import QueryPlan
 
 TOOL_NAME = "search_our_database"
@@ -61,3 +62,19 @@ def query_rephrase(plan: QueryPlan, *, llm, history: list[str] | None = None) ->
     query = " ".join(str(arguments["query"]).split())[:1000] or plan.question
     rewritten = replace(plan, lexical_query=query, dense_text=query, notes=[*plan.notes, f"rephrased: {query}"])
     return rewritten, completion.usage, {"query": query}
+
+
+class Rephrase(LLMStage):
+    """The ``rephrase`` step: the LLM's search query replaces the question (``query_rephrase``).
+
+    Fallback: the question as asked (a skipped step without an LLM)."""
+
+    name = "rephrase"
+
+    def with_llm(self, state, step):
+        state.plan, step.usage, step.summary = query_rephrase(state.plan, llm=state.llm, history=state.history)
+        return state
+
+    def fallback(self, state, step, *, reason, error):
+        step.summary = {"fallback": "the question as asked", **llm_reply(error)} if error else {"skipped": reason}
+        return state

@@ -3,24 +3,24 @@
 ``support.answer_support`` (LLM-free: citation coverage, embedding support) and
 ``judge.answer_judge`` (the LLM's 1-5 grades against the question and against the cited
 passages) can each be called alone; ``answer_scores`` combines them and never raises for an
-endpoint failure; ``score_stage`` runs it as a traced ``score`` step of a pipeline run (when
+endpoint failure; ``Score`` runs it as the traced ``score`` step of a pipeline run (when
 ``KB_SCORE_ANSWERS`` is on). The ``quality`` app uses ``answer_scores`` for evaluation runs.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
+
+from django.conf import settings
 
 from core.errors import UpstreamError
 from llm import LLMError, Usage
+from retrieval.stages.base import Stage
 from retrieval.stages.score.judge import answer_judge, answer_judge_with_usage
 from retrieval.stages.score.support import answer_support
 from retrieval.types import Answer
 
-if TYPE_CHECKING:
-    from retrieval.run import RunContext
-
-__all__ = ["SCORE_KEYS", "Scored", "answer_judge", "answer_scores", "answer_support", "score_stage"]
+__all__ = ["SCORE_KEYS", "Scored", "answer_judge", "answer_scores", "answer_support", "Score"]
 
 # Every scores dict has these keys (``None`` when a measure could not be taken), plus ``note``
 # when something was skipped or failed.
@@ -82,18 +82,26 @@ def answer_scores(
     return Scored(scores=scores, usage=usage, error="; ".join(errors))
 
 
-def score_stage(run: RunContext, answer: Answer) -> dict:
-    """The ``score`` step of a run: ``answer_scores`` with the tenant's embedder and ``run.llm``.
+class Score(Stage):
+    """The ``score`` step of an answer (when ``KB_SCORE_ANSWERS`` is on): ``answer_scores`` of
+    ``state.answer`` with the tenant's embedder and the run's LLM, into ``state.scores``.
 
     The judge runs only while the run still has an LLM (none configured, ``use_llm=False`` or
     an earlier failure: skipped, said in ``note``). A judge failure is recorded as the step's
     error, with the LLM usage it cost, but does not mark the answer degraded: the answer itself
-    is unchanged. Returns the scores dict.
+    is unchanged.
     """
-    with run.step("score") as step:
-        reason = "the LLM was unavailable earlier in this run" if run.degraded else "no LLM in this run"
-        scored = answer_scores(answer, embedder=run.tenant.embedder, llm=run.llm, no_llm_reason=reason)
+
+    name = "score"
+
+    def active(self, state):
+        return state.answering and settings.KB_SCORE_ANSWERS
+
+    def apply(self, state, step):
+        reason = "the LLM was unavailable earlier in this run" if state.degraded else "no LLM in this run"
+        scored = answer_scores(state.answer, embedder=state.tenant.embedder, llm=state.llm, no_llm_reason=reason)
         step.usage = scored.usage
         step.error = scored.error
         step.summary = dict(scored.scores)
-    return scored.scores
+        state.scores = scored.scores
+        return state

@@ -1,0 +1,243 @@
+"""WalkingRAG, a composite stage: rounds of retrieval and fact extraction, then an answer from the facts.
+
+Seed ``walkingrag-multi-turn.txt`` ("Better RAG 2: Single-shot is not good enough"). Round 1
+searches the question; each round reads up to ``k`` unseen chunks per query (hybrid retrieval,
+chunks read in earlier rounds skipped), and one LLM call (``facts_extract``) keeps the facts
+they hold, each tied to its chunk, judges whether the facts suffice and names what is still
+missing (``nextSource`` + ``expectedInfo``), which become the next round's queries. The walk
+stops at the first of these, recorded as ``stop_reason`` on the last round's step and on the
+``walk`` step:
+
+==================  ==========================================================================
+``sufficient``      the LLM says the facts collected suffice to answer
+``no_new_facts``    a round found no new fact
+``max_rounds``      ``walk_max_rounds`` rounds ran
+``budget``          the run's wall time reached ``KB_BUDGET_MS`` or its LLM cost ``KB_BUDGET_USD``
+``no_new_queries``  the LLM wants more but named nowhere new to look
+``no_new_chunks``   the queries found no chunk not read already
+``llm_failed``      the LLM call failed (the run is degraded; the answer uses what was gathered)
+``no_llm``          no LLM: one round of hybrid retrieval, then the extractive answer
+==================  ==========================================================================
+
+The answer is written by the ``generate`` stage from one passage per chunk that yielded facts, its
+text the facts from that chunk (citations point at those chunks). Without an LLM, or after it
+failed, the passages are the chunks themselves (those that yielded facts, else every chunk
+read) and the answer is extractive. Every round is its own step (``walk.round1``,
+``walk.round2``, …) whose summary holds the queries, the chunks read, the facts, the new
+queries and the stop reason, so a streaming caller sees each round as it ends.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from core.schema import setting
+from llm import LLMError
+from retrieval.stages.base import Stage, ranking_run
+from retrieval.stages.fuse import candidates_fuse, results_fetch
+from retrieval.stages.generate import Generate
+from retrieval.stages.generate.walking import Fact, facts_extract
+from retrieval.stages.retrieve.candidates import candidates_retrieve
+from retrieval.types import Passage, QueryPlan, SearchResult
+
+MAX_PASSAGES = 20  # passages the final answer is written from
+
+
+@dataclass(frozen=True)
+class WalkConfig:
+    """Settings of the WalkingRAG stage."""
+
+    walk_max_rounds: int = setting(3, range=(1, 10), integer=True, doc="WalkingRAG: rounds of retrieval at most")
+
+
+def chunks_read(run, queries: list[str], seen: dict[int, SearchResult], *, k: int) -> list[SearchResult]:
+    """Up to ``k`` chunks per query not in ``seen`` (chunk id -> result), best first per query.
+
+    Each query is searched on its own (the run's mode and search settings, the run's filter);
+    chunks already read, this round or before, are skipped, and the new ones are added to
+    ``seen``. Retriever timings add up in ``run.timings``.
+    """
+    spec = run.spec
+    new: list[SearchResult] = []
+    for query in queries:
+        plan = QueryPlan.from_question(query)
+        candidates, timings = candidates_retrieve(
+            plan,
+            where=run.where,
+            embedder=run.tenant.embedder,
+            mode=run.mode,
+            config=spec.search,
+            limit=max(spec.search.candidates, k),
+        )
+        for name, ms in timings.items():
+            run.timings[name] = run.timings.get(name, 0.0) + ms
+        ranking = [(item, score) for item, score in candidates_fuse(candidates, spec.search) if item not in seen]
+        for result in results_fetch(tenant=run.tenant, ranking=ranking, candidates=candidates, k=k):
+            seen[result.chunk.pk] = result
+            new.append(result)
+    return new
+
+
+def _chunk_passage(result: SearchResult) -> Passage:
+    return Passage(
+        anchor=result.chunk,
+        text=result.chunk.text,
+        score=result.score,
+        chunks=[result.chunk.ordinal],
+        duplicates=result.duplicates,
+    )
+
+
+def _budget_spent(started: float, usd: float) -> str:
+    """Which budget the run has spent ("time", "cost") or ""."""
+    if (time.perf_counter() - started) * 1000 >= settings.KB_BUDGET_MS:
+        return "time"
+    if usd >= settings.KB_BUDGET_USD:
+        return "cost"
+    return ""
+
+
+def answer_passages(facts: list[Fact], seen: dict[int, SearchResult], *, with_facts: bool) -> list[Passage]:
+    """The final answer's passages: one per chunk that yielded facts, in order of its first fact.
+
+    ``with_facts``: a passage's text is its chunk's facts, one per line (for the LLM); else the
+    chunk's own text (for an extractive answer). Without facts, every chunk read, in reading
+    order. At most ``MAX_PASSAGES``.
+    """
+    if not facts:
+        return [_chunk_passage(result) for result in seen.values()][:MAX_PASSAGES]
+    by_chunk: dict[int, list[str]] = {}
+    for fact in facts:
+        by_chunk.setdefault(fact.chunk_id, []).append(fact.text)
+    passages = []
+    for chunk_id, texts in list(by_chunk.items())[:MAX_PASSAGES]:
+        passage = _chunk_passage(seen[chunk_id])
+        if with_facts:
+            passage.text = "\n".join(texts)
+        passages.append(passage)
+    return passages
+
+
+class WalkingRAG(Stage):
+    """The WalkingRAG composite stage (module docstring) over the ``ranking`` stages.
+
+    Answering: walk the documents in rounds, then answer from the facts with citations; ``k``
+    chunks are read per query per round, ``history`` is not used (the walk starts from the
+    question). The state is left with a plan whose notes list the walk's queries, every chunk
+    read as ``results`` (in reading order, ranked 1..n) and the answer. LLM failures end the
+    walk and degrade the run; they never raise. Ranking only (search, evaluation): the
+    ``ranking`` stages. The LLM-free fallback is ``walk_without_llm``.
+    """
+
+    name = "walkingrag"
+    config = WalkConfig
+
+    def __init__(self, ranking: tuple):
+        self.ranking = ranking
+        self.generate = Generate()
+
+    def walk_without_llm(self, run, seen: dict) -> str:
+        """The fallback: one round of hybrid retrieval (the ``walk.round1`` step); the stop reason."""
+        with run.step("walk.round1") as step:
+            new = chunks_read(run, [run.question], seen, k=run.k)
+            step.summary = {
+                "round": 1,
+                "mode": "retrieval only",
+                "reason": f"{run.no_llm_reason}: one round of hybrid retrieval, then the extractive answer",
+                "queries": [run.question],
+                "chunks_read": [r.chunk.pk for r in new],
+                "facts": [],
+                "new_queries": [],
+                "stop_reason": "no_llm",
+            }
+        return "no_llm"
+
+    def run(self, run):
+        if not run.answering:
+            return ranking_run(run, self.ranking, depth=run.k)
+        question, k = run.question, run.k
+        started = time.perf_counter()
+        seen: dict[int, SearchResult] = {}
+        facts: list[Fact] = []
+        asked: list[str] = []
+        stop_reason = ""
+        rounds = 0
+        if run.llm is None:
+            rounds = 1
+            asked.append(question)
+            stop_reason = self.walk_without_llm(run, seen)
+        queries = [question]
+        while not stop_reason:
+            rounds += 1
+            stage = f"walk.round{rounds}"
+            with run.step(stage) as step:
+                asked.extend(queries)
+                new = chunks_read(run, queries, seen, k=k)
+                summary: dict = {"round": rounds, "queries": queries, "chunks_read": [r.chunk.pk for r in new]}
+                step.summary = summary
+                if not new:
+                    stop_reason = "no_new_chunks"
+                else:
+                    try:
+                        outcome, step.usage = facts_extract(
+                            question, [_chunk_passage(r) for r in new], facts, llm=run.llm
+                        )
+                    except LLMError as exc:
+                        run.llm_failed(stage, exc, step)
+                        stop_reason = "llm_failed"
+                        if getattr(exc, "reply", None):
+                            summary["llm_reply"] = exc.reply
+                    else:
+                        for fact in outcome.facts:
+                            fact.round = rounds
+                        facts.extend(outcome.facts)
+                        known = {q.lower() for q in asked}
+                        queries = [q for q in outcome.queries if q.lower() not in known]
+                        summary.update(
+                            model=getattr(run.llm, "name", ""),
+                            facts=[f.as_dict() for f in outcome.facts],
+                            dropped=outcome.dropped,
+                            sufficient=outcome.sufficient,
+                            new_queries=queries,
+                        )
+                        spent = _budget_spent(started, run.usage.cost_usd + step.usage.cost_usd)
+                        if outcome.sufficient:
+                            stop_reason = "sufficient"
+                        elif not outcome.facts:
+                            stop_reason = "no_new_facts"
+                        elif rounds >= run.spec.of(WalkConfig).walk_max_rounds:
+                            stop_reason = "max_rounds"
+                        elif spent:
+                            stop_reason = "budget"
+                            summary["budget"] = spent
+                        elif not queries:
+                            stop_reason = "no_new_queries"
+                summary["stop_reason"] = stop_reason or None
+        with_facts = run.llm is not None
+        with run.step("walk") as step:
+            passages = answer_passages(facts, seen, with_facts=with_facts)
+            step.summary = {
+                "rounds": rounds,
+                "stop_reason": stop_reason,
+                "queries": asked,
+                "facts": [f.as_dict() for f in facts],
+                "chunks_read": list(seen),
+                "passages_from": ("facts" if with_facts else "fact chunks") if facts else "chunks read",
+                "passages": [{"chunk_id": p.anchor.pk, "chunks": p.chunks} for p in passages],
+                "spent_ms": round((time.perf_counter() - started) * 1000, 2),
+                "spent_usd": round(run.usage.cost_usd, 6),
+            }
+        run.search_ms = run.elapsed_ms()
+        run.passages = passages
+        run = self.generate.run(run)
+        results = list(seen.values())
+        for rank, result in enumerate(results, start=1):
+            result.rank = rank
+        run.results = results
+        run.plan = QueryPlan.from_question(question)
+        run.plan.notes = [f"walk query: {q}" for q in asked[1:]]
+        run.confidence = None
+        return run
