@@ -81,7 +81,7 @@ def test_themes_change_nothing_when_no_more_candidates_pass_than_the_context_hol
 
 
 def test_themes_are_off_by_default_and_validated(tenant):
-    assert pipeline_spec(tenant=tenant).themes == "off"
+    assert pipeline_spec(tenant=tenant).setting("themes") == "off"
     with pytest.raises(InvalidInput, match="themes"):
         pipeline_spec(tenant=tenant, overrides={"themes": "sometimes"})
 
