@@ -22,11 +22,11 @@ class RetrievalFilter:
 
     tenant_id: int
     source_ids: tuple[int, ...] = field(default=())
-    # Versions (issue 8): None = current versions only; a date = the versions current that day.
+    # Versions: None = current versions only; a date = the versions current that day.
     as_of: date | None = None
-    # Access rules (issue 9): who is asking (see ``_access_parts``); None = no user-level rules.
+    # Access rules: who is asking (see ``_access_parts``); None = no user-level rules.
     access: Any = None
-    # Summaries (issue 8 §5): False keeps summary chunks out (``Chunk.kind = 'summary'``).
+    # Summaries: False keeps summary chunks out (``Chunk.kind = 'summary'``).
     summaries: bool = True
 
     @classmethod
@@ -118,7 +118,7 @@ class RetrievalFilter:
             posting, self.chunk_condition("c")
         )
 
-    # ---- versions (issue 8 §2) ------------------------------------------------------------
+    # ---- versions ------------------------------------------------------------
 
     def _version_parts(self, chunk: sql.Identifier) -> list[sql.Composable]:
         """Conditions that keep current versions (or those current on ``as_of``).
@@ -141,7 +141,7 @@ class RetrievalFilter:
             ).format(chunk)
         ]
 
-    # ---- access rules (issue 9 §1) ---------------------------------------------------------
+    # ---- access rules ---------------------------------------------------------
 
     def _access_parts(self, chunk: sql.Identifier) -> list[sql.Composable]:
         """Conditions that keep the chunks ``access`` (a ``knowledge.access.AccessScope``) may see."""

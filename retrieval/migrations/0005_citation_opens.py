@@ -1,4 +1,4 @@
-# Citation opens (issue 9 §2): the documents a user opened from an answer, read by personalization.
+# Citation opens: the documents a user opened from an answer, read by personalization.
 
 import django.db.models.deletion
 from django.conf import settings

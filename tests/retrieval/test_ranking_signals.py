@@ -1,4 +1,4 @@
-"""Signal rerankers of issue 8: recency and quality (§3) and diversity (§4)."""
+"""Signal rerankers: recency and quality, and diversity."""
 
 from dataclasses import replace
 from datetime import date, datetime, timedelta

@@ -24,7 +24,7 @@ SYSTEM_PROMPT = (
     f"If the passages do not contain the answer, reply exactly: {NOT_FOUND} "
     "Do not use outside knowledge. Be concise."
 )
-# Added to the system prompt when the user layer is given (issue 9 §2, people.personalization).
+# Added to the system prompt when the user layer is given (people.personalization).
 USER_LAYER_PROMPT = (
     " The <asker> element describes the person asking (their profile, what they may search and "
     "their recent questions): shape the answer for them (depth, terms, examples, language), but "

@@ -1,4 +1,4 @@
-"""Signal reranker ``diversity``: per-document/per-source caps, or MMR (issue 8 §4).
+"""Signal reranker ``diversity``: per-document/per-source caps, or MMR.
 
 Seed ``magic-of-rag-retrieval.txt``, "Data Variety": group results by source and take the top
 snippets of each, so one document or source does not fill the context. Two methods, chosen per

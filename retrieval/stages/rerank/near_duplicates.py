@@ -1,4 +1,4 @@
-"""Signal reranker ``near_duplicates`` (issue 8 §1; see ``retrieval.stages.rerank``, first in the chain).
+"""Signal reranker ``near_duplicates`` (see ``retrieval.stages.rerank``, first in the chain).
 
 Active when the tenant holds any duplicate (``tenant_has_duplicates``, one query per run). Every
 result is then annotated with where its content also appears:
@@ -140,7 +140,7 @@ def rerank(run, results, *, k: int):
     dups = duplicates_for_versions(tenant=run.tenant, version_ids=version_ids)
     access = run.where.access
     hidden = set(access.denied_versions) if access is not None and access.restricts else set()
-    if hidden:  # places the asker may not see are never listed, nor collapsed to (issue 9 §1)
+    if hidden:  # places the asker may not see are never listed, nor collapsed to
         dups.also_in = {v: [p for p in places if p.version_id not in hidden] for v, places in dups.also_in.items()}
         dups.members = {c: [p for p in places if p.version_id not in hidden] for c, places in dups.members.items()}
     freshest = {cid: max(places, key=lambda p: p.freshness) for cid, places in dups.members.items()}

@@ -1,4 +1,4 @@
-"""Signal reranker ``recency``: relevance x recency decay x source reliability (issue 8 §3).
+"""Signal reranker ``recency``: relevance x recency decay x source reliability.
 
 Seed ``magic-of-rag-retrieval.txt``, "Data Freshness vs. Quality": a composite score of the
 source's reliability and a timestamp weight, and a threshold below which a candidate does not
