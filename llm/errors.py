@@ -1,7 +1,7 @@
 """The errors of the LLM layer: every failure of an LLM call is an ``LLMError``.
 
 ``LLMError`` is a ``core.errors.UpstreamError`` (HTTP 502 in the API) carrying the ``Usage``
-the failed call still consumed. Pipelines catch it and degrade (``retrieval.run``).
+the failed call still consumed. Pipelines catch it and degrade (``retrieval.stages.base.LLMStage``: a stage falls back to its LLM-free counterpart).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``conversation_ask`` answers a question through ``pipeline_answer`` with the conversation's
 earlier questions as ``history`` (the pipeline's condense step makes a follow-up standalone:
-``retrieval.run.condense_stage``), then stores the turn: question, standalone query, answer,
+``retrieval.stages.rewrite.condense.Condense``), then stores the turn: question, standalone query, answer,
 citations and trace. Without a conversation id it starts a new conversation. The ask APIs of
 ``retrieval`` answer through it (``retrieval.hooks``).
 """

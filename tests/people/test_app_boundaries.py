@@ -12,7 +12,7 @@ from people import rerank
 from people.conversations import conversation_ask
 from people.models import CitationOpen, Conversation, Feedback, Turn
 from retrieval import hooks
-from retrieval.stages.rerank import signal_reranker_register
+from retrieval.stages.rerank import SIGNAL_RERANKERS, signal_rerankers
 from tests.api.conftest import client_for
 
 MOVED = (Feedback, Conversation, Turn, CitationOpen)
@@ -48,8 +48,8 @@ def test_upgrading_relabels_the_old_content_types_keeping_their_ids(db):
 def test_people_registers_the_personal_reranker_and_its_hooks(db):
     assert hooks.person.ask is conversation_ask
     assert hooks.person.user_layer is not None and hooks.person.source_feedback_counts is not None
-    with pytest.raises(ValueError, match="Unknown signal reranker"):
-        signal_reranker_register("astrology", rerank)
+    assert SIGNAL_RERANKERS.index("people.rerank") == SIGNAL_RERANKERS.index("retrieval.stages.rerank.diversity") - 1
+    assert rerank in signal_rerankers()
     with pytest.raises(TypeError, match="Unknown person hook"):
         hooks.person_hooks_register(horoscope=lambda **_: None)
 
