@@ -9,6 +9,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
+import retrieval.stages.rerank as chain
 from core.models import Membership
 from knowledge.ingestion.readers import ReadDocument
 from knowledge.services import documents_ingest
@@ -99,7 +100,7 @@ def test_the_personal_reranker_runs_only_as_registered_by_people(guides, member,
     (``people.apps``) a member's preferences change nothing."""
     profile_update(user=member, preferred_sources=[second_source(guides)])
     assert "personal" in [step.stage for step in ranked(guides, member, overrides=STRONG).steps]
-    monkeypatch.setattr("retrieval.stages.rerank._REGISTERED", {})
+    monkeypatch.setattr(chain, "SIGNAL_RERANKERS", [path for path in chain.SIGNAL_RERANKERS if path != "people.rerank"])
     run = ranked(guides, member, overrides=STRONG)
     assert "personal" not in [step.stage for step in run.steps]
     assert documents(run) == baseline(guides)
