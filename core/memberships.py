@@ -121,7 +121,8 @@ def tenant_for_request(request, *, pick_first: bool = False) -> Tenant:
 
 
 def membership_choose(request, *, slug: str) -> Membership:
-    """Remember ``slug`` as the tenant the portal (and admin) acts in for this session.
+    """Remember ``slug`` as the tenant the portal (and admin) acts in from now on (kept with the
+    signed-in user's login, until they choose another).
     ``PermissionDenied`` (nothing stored) when the user is not a member of it."""
     membership = _named(membership_list(user=request.user), slug)
     request.session[SESSION_KEY] = membership.tenant.slug

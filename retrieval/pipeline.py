@@ -267,6 +267,16 @@ def _spec_for(tenant, pipeline, overrides) -> PipelineSpec:
     return pipeline_spec(tenant=tenant, name=pipeline, overrides=overrides)
 
 
+def _state_new(*, tenant, spec: PipelineSpec, user, source_ids, as_of, options: dict | None, **fields) -> RunState:
+    """A run's ``RunState``: the request's options checked, its retrieval filter built (access
+    rules of ``user``, sources, ``as_of``, summary chunks), and the other ``fields`` as given."""
+    options = _options(options)
+    where = retrieval_filter(
+        tenant=tenant, user=user, source_ids=source_ids, as_of=as_of, summaries=_summaries_wanted(spec, options)
+    )
+    return RunState(tenant=tenant, spec=spec, where=where, user=user, options=options, **fields)
+
+
 def pipeline_retrieve(
     *,
     tenant,
@@ -299,17 +309,14 @@ def pipeline_retrieve(
     mode = mode or spec.mode
     if mode not in MODES:
         raise InvalidInput(f"Unknown mode {mode!r}; use one of {', '.join(MODES)}.")
-    options = _options(options)
-    where = retrieval_filter(
-        tenant=tenant, user=user, source_ids=source_ids, as_of=as_of, summaries=_summaries_wanted(spec, options)
-    )
-    state = RunState(
+    state = _state_new(
         tenant=tenant,
         spec=spec,
-        where=where,
-        llm=_llm_for(llm, use_llm),
         user=user,
+        source_ids=source_ids,
+        as_of=as_of,
         options=options,
+        llm=_llm_for(llm, use_llm),
         question=query,
         history=history,
         k=k,
@@ -366,18 +373,15 @@ def pipeline_answer(
     pack = {"strategy": strategy, "window_size": window_size}
     if any(value is not None for value in pack.values()):
         spec = spec.with_settings(**{key: value for key, value in pack.items() if value is not None})
-    options = _options(options)
-    where = retrieval_filter(
-        tenant=tenant, user=user, source_ids=source_ids, as_of=as_of, summaries=_summaries_wanted(spec, options)
-    )
-    state = RunState(
+    state = _state_new(
         tenant=tenant,
         spec=spec,
-        where=where,
+        user=user,
+        source_ids=source_ids,
+        as_of=as_of,
+        options=options,
         llm=_llm_for(llm, use_llm),
         emit=on_event,
-        user=user,
-        options=options,
         question=question,
         history=history,
         k=k,
