@@ -33,4 +33,9 @@ app.conf.beat_schedule = {
         "task": "knowledge.tasks.ingestion_jobs_recover_task",
         "schedule": float(settings.KB_JOB_LEASE_S),
     },
+    # Start the syncs of sources whose schedule (sync_every) is due; re-queue runs whose worker died.
+    "sources-sync-due": {
+        "task": "knowledge.tasks.sources_sync_due_task",
+        "schedule": 60.0,
+    },
 }

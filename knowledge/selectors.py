@@ -36,9 +36,12 @@ def tenant_for_user(user) -> Tenant:
     return membership_for_user(user).tenant
 
 
-def document_list(*, tenant: Tenant, source_name: str | None = None, user=None) -> QuerySet[Document]:
+def document_list(
+    *, tenant: Tenant, source_name: str | None = None, user=None, deleted: bool = False
+) -> QuerySet[Document]:
     """The tenant's documents ``user`` may see (``knowledge.access``; all without a user), newest
-    first, with their source and ``current_version`` (number)."""
+    first, with their source and ``current_version`` (number). Documents deleted at their source
+    are left out, or only they are listed with ``deleted``."""
     current = DocumentVersion.objects.filter(document=OuterRef("pk"), is_current=True).values("number")[:1]
     documents = (
         documents_visible(Document.objects.for_tenant(tenant), access_scope_get(tenant=tenant, user=user))
@@ -46,6 +49,7 @@ def document_list(*, tenant: Tenant, source_name: str | None = None, user=None) 
         .annotate(current_version=Subquery(current))
         .order_by("-updated_at", "-id")
     )
+    documents = documents.filter(deleted_at__isnull=not deleted)
     if source_name:
         documents = documents.filter(source__name=source_name)
     return documents
@@ -118,7 +122,9 @@ def source_overview(*, tenant: Tenant, user=None) -> QuerySet[Source]:
         sources_visible(Source.objects.for_tenant(tenant), scope)
         .annotate(
             document_count=Coalesce(
-                per_source(documents_visible(Document.objects.all(), scope), "source", Count("id")),
+                per_source(
+                    documents_visible(Document.objects.filter(deleted_at__isnull=True), scope), "source", Count("id")
+                ),
                 0,
                 output_field=IntegerField(),
             ),

@@ -2,8 +2,8 @@
 
 Row-level security: a task starts as the owner (``core.rls.rls_celery_connect``), reads its
 object's tenant and runs the service inside ``tenant_context`` of that tenant, so even a service
-that forgot its tenant filter touches no other tenant's rows. ``ingestion_jobs_recover_task``
-spans tenants and stays in the bypass (``docs/rls.md``).
+that forgot its tenant filter touches no other tenant's rows. ``ingestion_jobs_recover_task`` and
+``sources_sync_due_task`` span tenants and stay in the bypass (``docs/rls.md``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from core.rls import tenant_context, tenant_id_of
 from knowledge import task_names
 from knowledge.dedup.services import near_duplicates_refresh
 from knowledge.enrichment.services import chunks_enrich
-from knowledge.models import IngestionJob
+from knowledge.models import IngestionJob, SyncRun
+from knowledge.services.sync import SyncBusy, sources_sync_due, sync_run_execute
 from knowledge.services.uploads import (
     TRANSIENT_ERRORS,
     IngestionJobBusy,
@@ -125,3 +126,42 @@ def summaries_task(tenant_id: int) -> dict:
     (``knowledge.summaries.services.summaries_refresh``); queued after each ingestion."""
     with tenant_context(tenant_id):
         return summaries_refresh(tenant_id=tenant_id)
+
+
+@shared_task(
+    name=task_names.SOURCE_SYNC,
+    bind=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    autoretry_for=TRANSIENT_ERRORS,
+    max_retries=settings.KB_JOB_MAX_RETRIES,
+    retry_backoff=True,
+    retry_backoff_max=settings.KB_JOB_RETRY_BACKOFF_MAX_S,
+    retry_jitter=True,
+    time_limit=settings.CELERY_TASK_TIME_LIMIT,
+    soft_time_limit=max(settings.CELERY_TASK_TIME_LIMIT - 30, 10),
+)
+def source_sync_task(self, run_id: int) -> str:
+    """Run sync run ``run_id`` (``knowledge.services.sync.sync_run_execute``); returns its final status.
+
+    A run under another worker's live lease is retried when that lease would run out (and taken
+    over then if that worker died); temporary failures are retried with backoff.
+    """
+    tenant_id = tenant_id_of(SyncRun, run_id)
+    if tenant_id is None:
+        return "missing"
+    try:
+        with tenant_context(tenant_id):
+            run = sync_run_execute(run_id=run_id, worker_id=f"{self.request.hostname or 'worker'}/{os.getpid()}")
+    except SyncBusy as busy:
+        raise self.retry(countdown=busy.retry_in, exc=busy) from busy
+    return run.status if run is not None else "missing"
+
+
+@shared_task(name=task_names.SOURCES_SYNC_DUE, time_limit=300)
+def sources_sync_due_task() -> list[int]:
+    """Queue the syncs that are due and re-queue runs whose worker died; runs under Celery beat.
+
+    Spans every tenant's sources, so it runs as the owner; each run then runs in its own
+    tenant's context."""
+    return sources_sync_due()

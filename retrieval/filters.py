@@ -127,7 +127,8 @@ class RetrievalFilter:
         partial index ``chunk_current_tenant_emb_idx`` and the postings' own ``is_current``
         serve. ``as_of``: per document of the tenant, the version with the latest date
         (``published_at``, else ingestion time) before the end of that day, ties by number
-        (``knowledge.versions``); a version whose chunks retention dropped has none to find.
+        (``knowledge.versions``), unless its document was deleted at its source by then; a version
+        whose chunks retention dropped has none to find.
         """
         if self.as_of is None:
             return [sql.SQL("{}.is_current").format(chunk)]
@@ -137,6 +138,7 @@ class RetrievalFilter:
                 " JOIN knowledge_document ad ON ad.id = av.document_id"
                 " WHERE ad.tenant_id = %(filter_tenant)s"
                 " AND COALESCE(av.published_at, av.ingested_at) < %(filter_as_of_end)s"
+                " AND (ad.deleted_at IS NULL OR ad.deleted_at >= %(filter_as_of_end)s)"
                 " ORDER BY av.document_id, COALESCE(av.published_at, av.ingested_at) DESC, av.number DESC)"
             ).format(chunk)
         ]

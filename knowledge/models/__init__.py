@@ -6,6 +6,8 @@ Every table holding tenant data reaches its tenant in one hop, and every read go
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.conf import settings
 from django.contrib.postgres.search import SearchVector
 from django.db import models
@@ -23,10 +25,16 @@ class Source(models.Model):
     """Where documents come from. ``reliability`` is in [0, 1]; ``half_life_days`` drives recency."""
 
     class Kind(models.TextChoices):
+        # Filled by hand (``manage.py ingest``, uploads, dataset loaders): never synced.
         FILES = "files", "Files"
         UPLOAD = "upload", "Upload"
-        WEB = "web", "Web"
         DATASET = "dataset", "Dataset"
+        # Connectors (``knowledge.connectors``): synced from ``location``, by hand or every ``sync_every``.
+        FOLDER = "folder", "Folder"
+        WEB = "web", "Web site"
+        GIT = "git", "Git repository"
+
+    SYNCED_KINDS = (Kind.FOLDER, Kind.WEB, Kind.GIT)
 
     tenant = models.ForeignKey("core.Tenant", on_delete=models.CASCADE, related_name="sources")
     name = models.CharField(max_length=200)
@@ -40,6 +48,35 @@ class Source(models.Model):
         help_text="How many old versions per document keep their chunks (searchable with as_of); "
         "empty = all, 0 = none. Applied after each ingestion into the source.",
     )
+    # Connector settings (``knowledge.connectors``; ignored by the kinds filled by hand).
+    location = models.CharField(
+        max_length=2000,
+        blank=True,
+        help_text="folder: a path the workers can read; web: a start URL or a sitemap.xml URL; "
+        "git: a repository URL or path.",
+    )
+    branch = models.CharField(max_length=200, blank=True, help_text="git: the branch (empty = the default branch).")
+    include = models.JSONField(
+        default=list, blank=True, help_text="Globs of paths (folder, git) or URL paths (web) to read; empty = all."
+    )
+    exclude = models.JSONField(default=list, blank=True, help_text="Globs of paths or URL paths to skip.")
+    text_format = models.CharField(
+        max_length=10,
+        blank=True,
+        choices=[("rst", "reStructuredText"), ("md", "Markdown"), ("txt", "Plain text")],
+        help_text="How .txt files are read (Django's docs are reST in .txt); empty = plain text.",
+    )
+    uri_prefix = models.CharField(
+        max_length=1000, blank=True, help_text="folder, git: a document's URI is this prefix + its id."
+    )
+    page_limit = models.PositiveIntegerField(default=500, help_text="web: at most this many pages per sync.")
+    crawl_delay_s = models.FloatField(
+        default=1.0, help_text="web: seconds between two requests (robots.txt's Crawl-delay wins when longer)."
+    )
+    sync_every = models.DurationField(
+        null=True, blank=True, help_text="Sync on a schedule this often (e.g. 1:00:00); empty = only by hand."
+    )
+    last_synced_at = models.DateTimeField(null=True, blank=True, help_text="When the last successful sync finished.")
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = TenantScopedQuerySet.as_manager()
@@ -47,6 +84,16 @@ class Source(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["tenant", "name"], name="source_unique_name_per_tenant"),
+            models.CheckConstraint(
+                condition=~Q(kind__in=["folder", "web", "git"]) | ~Q(location=""),
+                name="source_synced_kind_has_location",
+            ),
+            models.CheckConstraint(condition=Q(crawl_delay_s__gte=0), name="source_crawl_delay_not_negative"),
+            models.CheckConstraint(condition=Q(page_limit__gte=1), name="source_page_limit_positive"),
+            models.CheckConstraint(
+                condition=Q(sync_every__isnull=True) | Q(sync_every__gte=timedelta(minutes=1)),
+                name="source_sync_every_at_least_a_minute",
+            ),
             models.CheckConstraint(
                 condition=Q(reliability__gte=0) & Q(reliability__lte=1),
                 name="source_reliability_in_0_1",
@@ -60,9 +107,18 @@ class Source(models.Model):
     def __str__(self) -> str:
         return f"{self.tenant}/{self.name}"
 
+    @property
+    def is_synced(self) -> bool:
+        """Whether a connector keeps this source in sync (folder, web, git)."""
+        return self.kind in self.SYNCED_KINDS
+
 
 class Document(models.Model):
-    """A document of a tenant, identified within the tenant by ``external_id`` (a path or URI)."""
+    """A document of a tenant, identified within the tenant by ``external_id`` (a path or URI).
+
+    A live document has exactly one current version; a document deleted at its source
+    (``deleted_at`` set by a sync) has none, and keeps its versions for ``as_of`` searches.
+    """
 
     tenant = models.ForeignKey("core.Tenant", on_delete=models.CASCADE, related_name="documents")
     source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="documents")
@@ -70,6 +126,16 @@ class Document(models.Model):
     uri = models.CharField(max_length=2000, blank=True)
     title = models.CharField(max_length=500)
     metadata = models.JSONField(default=dict, blank=True)
+    # Sync (``knowledge.services.sync``): the connector's key for what the document was read from
+    # (a file path, a URL) and its cheap change check (mtime and size, ETag, git blob id).
+    sync_key = models.CharField(max_length=2000, blank=True)
+    fingerprint = models.CharField(max_length=300, blank=True)
+    deleted_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When the document went away at its source: it has no current version from then on, "
+        "and as_of searches before then still find it.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -89,6 +155,10 @@ class Document(models.Model):
 
     def __str__(self) -> str:
         return self.title
+
+    @property
+    def is_deleted(self) -> bool:
+        return self.deleted_at is not None
 
 
 class DocumentVersion(models.Model):
@@ -281,6 +351,67 @@ class IngestionJob(models.Model):
 
     def __str__(self) -> str:
         return f"{self.file_name} ({self.status})"
+
+
+class SyncRun(models.Model):
+    """One sync of a connector source (``knowledge.services.sync``): its counts and errors.
+
+    At most one run per source is pending or running (a database constraint). A worker running it
+    holds a lease like an ingestion job; a run whose lease ran out is taken over. ``errors`` lists
+    ``{"document", "error"}`` for each document that failed alone; ``error`` says why a whole run
+    failed (the source could not be reached), in which case nothing of the source changed.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        RUNNING = "running", "Running"
+        DONE = "done", "Done"
+        FAILED = "failed", "Failed"
+
+    class Trigger(models.TextChoices):
+        MANUAL = "manual", "By hand"
+        SCHEDULE = "schedule", "Schedule"
+
+    tenant = models.ForeignKey("core.Tenant", on_delete=models.CASCADE, related_name="sync_runs")
+    source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="sync_runs")
+    trigger = models.CharField(max_length=10, choices=Trigger.choices, default=Trigger.MANUAL)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    new = models.PositiveIntegerField(default=0)
+    updated = models.PositiveIntegerField(default=0)
+    unchanged = models.PositiveIntegerField(default=0)
+    deleted = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)
+    errors = models.JSONField(default=list, blank=True)
+    error = models.TextField(blank=True)
+    progress = models.JSONField(default=dict, blank=True)
+    worker_id = models.CharField(max_length=200, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = TenantScopedQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["source"],
+                condition=Q(status__in=["pending", "running"]),
+                name="syncrun_one_active_per_source",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["source", "-created_at"], name="syncrun_source_created_idx"),
+            models.Index(fields=["lease_expires_at"], condition=Q(status="running"), name="syncrun_running_lease_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source} sync {self.pk} ({self.status})"
+
+    def counts(self) -> dict[str, int]:
+        """``{"new", "updated", "unchanged", "deleted", "failed"}``."""
+        return {k: getattr(self, k) for k in ("new", "updated", "unchanged", "deleted", "failed")}
 
 
 class TermStatistic(models.Model):

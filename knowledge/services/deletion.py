@@ -1,11 +1,17 @@
-"""Deleting documents without leaving their exact duplicates unindexed."""
+"""Deleting documents without leaving their exact duplicates unindexed, and marking documents
+deleted at their source (kept for ``as_of`` searches)."""
 
 from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
 
 from core.errors import NotFound
 from core.models import Tenant
 from knowledge.models import Document, DocumentVersion
-from knowledge.services.ingestion import version_reindex
+from knowledge.services.ingestion import version_chunks_pass_on, version_reindex
 
 
 def document_delete(*, tenant: Tenant, document_id: int) -> None:
@@ -25,3 +31,27 @@ def document_delete(*, tenant: Tenant, document_id: int) -> None:
     document.delete()
     for version in orphans:
         version_reindex(version_id=version.pk)
+
+
+def document_mark_deleted(*, document_id: int, when: datetime | None = None) -> bool:
+    """Mark a document gone at its source (a sync no longer finds it). Returns False if it already was.
+
+    In one transaction: its current version and that version's chunks stop being current (so
+    it leaves current results, counts and BM25 statistics), ``deleted_at`` is set to ``when``
+    (default now), and documents that were exact duplicates of it get a copy of its chunks.
+    Its versions stay: an ``as_of`` search for a day before ``when`` still finds it, and when
+    the document comes back, the next ingestion gives it a new current version.
+    """
+    with transaction.atomic():
+        document = Document.objects.select_for_update().filter(pk=document_id).first()
+        if document is None or document.deleted_at is not None:
+            return False
+        current = document.versions.filter(is_current=True).first()
+        if current is not None:
+            version_chunks_pass_on(current, document.title)
+            current.is_current = False
+            current.save(update_fields=["is_current"])
+            current.chunks.update(is_current=False)
+        document.deleted_at = when or timezone.now()
+        document.save(update_fields=["deleted_at", "updated_at"])
+    return True

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 from django.conf import settings
 from django.db import DataError, IntegrityError, connection, transaction
+from django.db.models import Max
 
 from core.errors import InvalidInput
 from core.models import Tenant
@@ -369,10 +370,14 @@ def _store(
             read.uri,
             read.metadata,
         )
-        document.save(update_fields=["source", "title", "uri", "metadata", "updated_at"])
-        number = (current.number + 1) if current else 1
+        document.deleted_at = None  # back at its source after a sync marked it deleted
+        document.save(update_fields=["source", "title", "uri", "metadata", "deleted_at", "updated_at"])
         if current is not None:
-            _chunks_pass_on(current, previous_title)
+            number = current.number + 1
+        else:
+            number = (document.versions.aggregate(last=Max("number"))["last"] or 0) + 1
+        if current is not None:
+            version_chunks_pass_on(current, previous_title)
             current.is_current = False
             current.save(update_fields=["is_current"])
             current.chunks.update(is_current=False)  # kept for as_of search (docs/versions.md)
@@ -395,7 +400,7 @@ def _store(
     return IngestOutcome(read.external_id, status, document.pk, number, len(chunks), duplicate_version_id)
 
 
-def _chunks_pass_on(version: DocumentVersion, title: str) -> None:
+def version_chunks_pass_on(version: DocumentVersion, title: str) -> None:
     """Before ``version`` stops being current: give a copy of its chunks to the documents that duplicate it.
 
     Its chunks (text, offsets, embeddings) are exactly their content's, so they are copied to the

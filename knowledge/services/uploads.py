@@ -16,18 +16,15 @@ import logging
 import os
 import shutil
 import socket
-import threading
 import time
 import uuid
 from collections.abc import Iterable
-from datetime import timedelta
 from functools import partial
 from pathlib import Path
 
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
-from django.db.models import F, Q
-from django.db.models.functions import Coalesce
+from django.db.models import Q
 from django.utils import timezone
 
 from core.errors import ApplicationError, InvalidInput, PayloadTooLarge, UpstreamError
@@ -38,6 +35,7 @@ from knowledge.ingestion.readers import read_bytes, read_path
 from knowledge.ingestion.splitters import get_splitter
 from knowledge.models import IngestionJob, Source
 from knowledge.services.ingestion import IngestReport, collect_files, documents_ingest
+from knowledge.services.leases import LeaseHeartbeat, lease_claim
 from knowledge.services.tenants import source_get_or_create
 
 logger = logging.getLogger(__name__)
@@ -211,40 +209,6 @@ def _job_splitter(job: IngestionJob):
     return get_splitter(spec.pop("name"), **spec) if spec.get("name") else None
 
 
-class _LeaseHeartbeat:
-    """Renews a job's lease every third of ``KB_JOB_LEASE_S`` from a thread while the job runs.
-
-    The thread uses its own database connection, closed when it stops. A worker that dies stops
-    renewing, so its lease runs out.
-    """
-
-    def __init__(self, job_id: int, worker_id: str):
-        self.job_id, self.worker_id = job_id, worker_id
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"ingestion-job-{job_id}-lease", daemon=True)
-
-    def __enter__(self) -> _LeaseHeartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        lease = settings.KB_JOB_LEASE_S
-        try:
-            while not self._stop.wait(lease / 3):
-                try:
-                    IngestionJob.objects.filter(
-                        pk=self.job_id, worker_id=self.worker_id, status=IngestionJob.Status.RUNNING
-                    ).update(lease_expires_at=timezone.now() + timedelta(seconds=lease))
-                except DatabaseError:  # the main thread meets the same trouble and retries
-                    logger.warning("Could not renew the lease of ingestion job %s", self.job_id, exc_info=True)
-        finally:
-            connection.close()
-
-
 class _ProgressRecorder:
     """Writes ``documents_ingest``'s progress to the job, at most once a second (and on each new stage)."""
 
@@ -260,22 +224,6 @@ class _ProgressRecorder:
         IngestionJob.objects.filter(
             pk=self.job_id, worker_id=self.worker_id, status=IngestionJob.Status.RUNNING
         ).update(progress=progress)
-
-
-def _job_claim(job_id: int, worker_id: str) -> bool:
-    """Take job ``job_id`` for ``worker_id`` if it is pending or its lease ran out (one conditional UPDATE)."""
-    now = timezone.now()
-    claimable = Q(status=IngestionJob.Status.PENDING) | Q(status=IngestionJob.Status.RUNNING, lease_expires_at__lt=now)
-    return bool(
-        IngestionJob.objects.filter(claimable, pk=job_id).update(
-            status=IngestionJob.Status.RUNNING,
-            worker_id=worker_id,
-            lease_expires_at=now + timedelta(seconds=settings.KB_JOB_LEASE_S),
-            attempts=F("attempts") + 1,
-            started_at=Coalesce(F("started_at"), now),
-            progress={},
-        )
-    )
 
 
 def _job_finish(job_id: int, worker_id: str, *, status: str, result: dict, error: str) -> bool:
@@ -303,7 +251,7 @@ def ingestion_job_run(*, job_id: int, worker_id: str | None = None) -> Ingestion
     retry; a job started ``KB_JOB_MAX_ATTEMPTS`` times is failed.
     """
     worker_id = worker_id or worker_id_default()
-    claimed = _job_claim(job_id, worker_id)
+    claimed = lease_claim(IngestionJob, job_id, worker_id)
     job = IngestionJob.objects.select_related("tenant", "source").filter(pk=job_id).first()
     if job is None:
         return None
@@ -325,7 +273,7 @@ def ingestion_job_run(*, job_id: int, worker_id: str | None = None) -> Ingestion
         )
         job.refresh_from_db()
         return job
-    with _LeaseHeartbeat(job_id, worker_id):
+    with LeaseHeartbeat(IngestionJob, job_id, worker_id):
         try:
             report = documents_ingest(
                 tenant=job.tenant,

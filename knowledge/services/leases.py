@@ -1,0 +1,82 @@
+"""Leases on long-running rows (ingestion jobs, sync runs): who runs them, and until when.
+
+A row with ``status``, ``worker_id``, ``lease_expires_at``, ``attempts``, ``started_at`` and
+``progress`` is claimed with one conditional UPDATE (pending, or running under a lease that ran
+out), so two workers never run it at once (the claim-by-conditional-UPDATE habit of
+healthchecks' ``sendalerts``); the worker renews its lease from a thread every third of
+``KB_JOB_LEASE_S``, and a worker that dies stops renewing, so its lease runs out and the row is
+taken over.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import DatabaseError, connection, models
+from django.db.models import F, Q
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+logger = logging.getLogger(__name__)
+
+
+def lease_claim(model: type[models.Model], pk: int, worker_id: str) -> bool:
+    """Take row ``pk`` of ``model`` for ``worker_id`` if it is pending or its lease ran out.
+
+    Sets it running under a fresh lease, counts the attempt and clears ``progress``. Returns
+    whether this worker got it.
+    """
+    now = timezone.now()
+    claimable = Q(status="pending") | Q(status="running", lease_expires_at__lt=now)
+    return bool(
+        model.objects.filter(claimable, pk=pk).update(
+            status="running",
+            worker_id=worker_id,
+            lease_expires_at=now + timedelta(seconds=settings.KB_JOB_LEASE_S),
+            attempts=F("attempts") + 1,
+            started_at=Coalesce(F("started_at"), now),
+            progress={},
+        )
+    )
+
+
+def lease_held(model: type[models.Model], pk: int, worker_id: str) -> models.QuerySet:
+    """The row ``pk`` while ``worker_id`` still runs it (empty once another worker took it over)."""
+    return model.objects.filter(pk=pk, worker_id=worker_id, status="running")
+
+
+class LeaseHeartbeat:
+    """Renews a row's lease every third of ``KB_JOB_LEASE_S`` from a thread while the work runs.
+
+    Use as a context manager around the work. The thread uses its own database connection,
+    closed when it stops.
+    """
+
+    def __init__(self, model: type[models.Model], pk: int, worker_id: str):
+        self.model, self.pk, self.worker_id = model, pk, worker_id
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"{model._meta.model_name}-{pk}-lease", daemon=True)
+
+    def __enter__(self) -> LeaseHeartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        lease = settings.KB_JOB_LEASE_S
+        try:
+            while not self._stop.wait(lease / 3):
+                try:
+                    lease_held(self.model, self.pk, self.worker_id).update(
+                        lease_expires_at=timezone.now() + timedelta(seconds=lease)
+                    )
+                except DatabaseError:  # the main thread meets the same trouble and retries
+                    logger.warning("Could not renew the lease of %s %s", self.model.__name__, self.pk, exc_info=True)
+        finally:
+            connection.close()

@@ -1,0 +1,178 @@
+"""Creating, changing and deleting a tenant's sources, with their connector settings checked.
+
+The checks live here once, for the CLI (``manage.py source``), the API and the admin: a source
+that a connector syncs (folder, web, git) needs a ``location`` of the right shape; globs are
+lists of strings; a schedule is at least a minute. Every error is ``InvalidInput`` naming the
+field.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from urllib.parse import urlsplit
+
+from django.db import IntegrityError, transaction
+
+from core.errors import InvalidInput
+from core.models import Tenant
+from knowledge.models import DocumentVersion, Source
+from knowledge.services.ingestion import version_reindex
+
+# Fields a caller may set (besides tenant and name); the rest are the sync's own.
+SOURCE_FIELDS = (
+    "kind",
+    "location",
+    "branch",
+    "include",
+    "exclude",
+    "text_format",
+    "uri_prefix",
+    "page_limit",
+    "crawl_delay_s",
+    "sync_every",
+    "reliability",
+    "half_life_days",
+    "versions_kept",
+)
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def duration_parse(value) -> timedelta | None:
+    """A schedule such as ``"30m"``, ``"1h"``, ``"2d"`` or ``"1w"`` (or a ``timedelta``, or seconds
+    as a number) as a ``timedelta``; ``None``, ``""``, ``"off"`` and ``0`` mean no schedule.
+    ``InvalidInput`` for anything else."""
+    if value in (None, "", "off", 0):
+        return None
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return timedelta(seconds=value)
+    match = _DURATION.match(str(value))
+    if not match:
+        raise InvalidInput(
+            f"sync_every must be a duration such as 30m, 1h, 1d or 1w (or off), not {str(value)[:40]!r}.",
+            code="invalid_sync_every",
+        )
+    return timedelta(**{_UNITS[match[2]]: float(match[1])})
+
+
+def _globs(value, field: str) -> list[str]:
+    if value in (None, ""):
+        return []
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise InvalidInput(f"{field} must be a list of glob patterns (strings).")
+    if len(value) > 100 or any(len(v) > 500 for v in value):
+        raise InvalidInput(f"{field}: at most 100 patterns of at most 500 characters.")
+    return [v.strip() for v in value]
+
+
+def _check(source: Source) -> None:
+    """Check ``source``'s fields (module docstring); ``InvalidInput`` naming the first bad one."""
+    if not source.name.strip():
+        raise InvalidInput("A source needs a name.")
+    if len(source.name) > 200:
+        raise InvalidInput("A source's name has at most 200 characters.")
+    if source.kind not in Source.Kind.values:
+        raise InvalidInput(f"kind must be one of {', '.join(Source.Kind.values)}, not {source.kind!r}.")
+    source.location = (source.location or "").strip()
+    source.include = _globs(source.include, "include")
+    source.exclude = _globs(source.exclude, "exclude")
+    if source.kind in Source.SYNCED_KINDS:
+        if not source.location:
+            raise InvalidInput(f"A {source.kind} source needs a location.", code="location_required")
+        if len(source.location) > 2000:
+            raise InvalidInput("location has at most 2,000 characters.")
+    if source.kind == Source.Kind.WEB:
+        parts = urlsplit(source.location)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise InvalidInput(
+                f"A web source's location is an http(s) URL (a start page or a sitemap.xml), not {source.location!r}.",
+                code="invalid_location",
+            )
+    if source.kind == Source.Kind.GIT and "://" in source.location:
+        if urlsplit(source.location).scheme not in ("http", "https", "git", "ssh", "file"):
+            raise InvalidInput(
+                "A git source's location is a path or an http(s), git, ssh or file URL.", code="invalid_location"
+            )
+    if source.kind == Source.Kind.FOLDER and not source.location.startswith(("/", "~")):
+        raise InvalidInput(
+            "A folder source's location is an absolute path the workers can read.", code="invalid_location"
+        )
+    source.sync_every = duration_parse(source.sync_every)
+    if source.sync_every is not None:
+        if source.kind not in Source.SYNCED_KINDS:
+            raise InvalidInput("Only folder, web and git sources sync on a schedule.")
+        if source.sync_every < timedelta(minutes=1):
+            raise InvalidInput("sync_every is at least one minute.")
+    if source.text_format not in ("", "rst", "md", "txt"):
+        raise InvalidInput("text_format is rst, md, txt or empty.")
+    if not isinstance(source.page_limit, int) or isinstance(source.page_limit, bool) or source.page_limit < 1:
+        raise InvalidInput("page_limit is a whole number of at least 1.")
+    if not isinstance(source.crawl_delay_s, int | float) or source.crawl_delay_s < 0:
+        raise InvalidInput("crawl_delay_s is a number of seconds, at least 0.")
+    if source.reliability is None or not 0 <= source.reliability <= 1:
+        raise InvalidInput("reliability must be in [0, 1].")
+    if source.half_life_days is not None and source.half_life_days <= 0:
+        raise InvalidInput("half_life_days must be positive.")
+    if source.versions_kept is not None and source.versions_kept < 0:
+        raise InvalidInput("versions_kept is 0 or more (empty keeps all).")
+
+
+def source_create(*, tenant: Tenant, name: str, kind: str = Source.Kind.FOLDER, **fields) -> Source:
+    """Create the tenant's source ``name`` of ``kind`` with ``fields`` (any of ``SOURCE_FIELDS``).
+
+    ``InvalidInput`` for a bad field (named) or a name the tenant already uses (code
+    ``source_exists``).
+    """
+    unknown = set(fields) - set(SOURCE_FIELDS)
+    if unknown:
+        raise InvalidInput(f"Unknown source field(s): {', '.join(sorted(unknown))}.")
+    source = Source(tenant=tenant, name=(name or "").strip(), kind=kind, **fields)
+    _check(source)
+    try:
+        with transaction.atomic():
+            source.save()
+    except IntegrityError:
+        raise InvalidInput(f"The tenant already has a source called {source.name!r}.", code="source_exists") from None
+    return source
+
+
+def source_update(*, source: Source, **fields) -> Source:
+    """Change ``fields`` (any of ``SOURCE_FIELDS`` and ``name``) of ``source``; checks as ``source_create``.
+
+    Nothing is saved when a field is bad.
+    """
+    unknown = set(fields) - {*SOURCE_FIELDS, "name"}
+    if unknown:
+        raise InvalidInput(f"Unknown source field(s): {', '.join(sorted(unknown))}.")
+    changed = Source.objects.get(pk=source.pk)
+    for key, value in fields.items():
+        setattr(changed, key, value)
+    _check(changed)
+    try:
+        with transaction.atomic():
+            changed.save()
+    except IntegrityError:
+        raise InvalidInput(f"The tenant already has a source called {changed.name!r}.", code="source_exists") from None
+    return changed
+
+
+def source_delete(*, source: Source) -> None:
+    """Delete ``source`` with its documents, versions, chunks and runs.
+
+    Documents of other sources that were exact duplicates of its documents are indexed on their
+    own afterwards (they would otherwise have no chunks).
+    """
+    orphans = list(
+        DocumentVersion.objects.filter(is_current=True, duplicate_of__document__source=source)
+        .exclude(document__source=source)
+        .values_list("pk", flat=True)
+    )
+    source.delete()
+    for version_id in orphans:
+        version_reindex(version_id=version_id)

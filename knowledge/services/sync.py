@@ -1,0 +1,303 @@
+"""Sync: a folder, web or git source's documents brought in line with what its connector reads.
+
+One run (``SyncRun``) per source at a time, under a lease like ingestion jobs
+(``knowledge.services.leases``):
+
+1. the connector lists the source (``knowledge.connectors``); items whose cheap check says
+   "unchanged" are neither read nor embedded;
+2. read items are ingested in batches (``documents_ingest``: a changed text becomes a new
+   version, equal text stays unchanged, exact and near-duplicate handling as usual); a batch that
+   fails is retried item by item, so one bad document fails alone and is recorded on the run;
+3. documents the source held but no item names any more are marked deleted
+   (``knowledge.services.deletion.document_mark_deleted``): they leave current results and
+   counts, and ``as_of`` searches before the deletion still find them.
+
+A source that cannot be reached (``SourceUnreachable``) fails the run with the reason and changes
+nothing: its documents keep their last good state.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from functools import partial
+
+from django.db import IntegrityError, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from core.errors import ApplicationError, InvalidInput, NotFound
+from core.models import Tenant
+from core.queue import task_send
+from knowledge import task_names
+from knowledge.connectors import Item, SourceUnreachable, connector_for
+from knowledge.ingestion.readers import ReadDocument
+from knowledge.models import Document, Source, SyncRun
+from knowledge.services.deletion import document_mark_deleted
+from knowledge.services.ingestion import IngestReport, documents_ingest
+from knowledge.services.leases import LeaseHeartbeat, lease_claim, lease_held
+from knowledge.services.uploads import TRANSIENT_ERRORS, worker_id_default
+
+logger = logging.getLogger(__name__)
+
+# Documents per ingestion call: small enough that a bad one costs little to isolate, large
+# enough that embedding batches stay full.
+BATCH_DOCUMENTS = 64
+
+
+class SyncBusy(Exception):
+    """The run is going on under another worker's live lease; try again in ``retry_in`` seconds."""
+
+    def __init__(self, run_id: int, retry_in: float):
+        super().__init__(f"Sync run {run_id} is running elsewhere; its lease ends in {retry_in:.0f} s.")
+        self.retry_in = retry_in
+
+
+def sync_run_request(*, source: Source, trigger: str = SyncRun.Trigger.MANUAL) -> SyncRun:
+    """Queue a sync of ``source`` (run at once without a broker). Returns the run.
+
+    When a run of the source is already pending or running, that run is returned instead (one
+    run per source at a time). ``InvalidInput`` (code ``not_synced``) for a source filled by
+    hand.
+    """
+    connector_for(source)  # refuses kinds that are not synced
+    try:
+        with transaction.atomic():
+            run = SyncRun.objects.create(tenant_id=source.tenant_id, source=source, trigger=trigger)
+            transaction.on_commit(partial(_run_enqueue, run.pk))
+    except IntegrityError:  # syncrun_one_active_per_source
+        active = SyncRun.objects.filter(source=source, status__in=["pending", "running"]).first()
+        if active is None:  # it finished in between
+            return sync_run_request(source=source, trigger=trigger)
+        return active
+    run.refresh_from_db()
+    return run
+
+
+def _run_enqueue(run_id: int) -> None:
+    """Queue the run's task; a run that cannot be queued (broker down) is failed, not left pending."""
+    try:
+        task_send(task_names.SOURCE_SYNC, run_id)
+    except Exception:
+        logger.exception("Could not queue or run sync run %s", run_id)
+        SyncRun.objects.filter(pk=run_id, status=SyncRun.Status.PENDING).update(
+            status=SyncRun.Status.FAILED,
+            error="The sync could not be queued or run (is the broker running?). Nothing changed.",
+            finished_at=timezone.now(),
+        )
+
+
+def source_sync(*, source: Source, trigger: str = SyncRun.Trigger.MANUAL, worker_id: str | None = None) -> SyncRun:
+    """Sync ``source`` in this process and return the finished run (``manage.py source sync``).
+
+    ``InvalidInput`` (code ``sync_running``) when another run of the source is going on.
+    """
+    connector_for(source)
+    try:
+        with transaction.atomic():
+            run = SyncRun.objects.create(tenant_id=source.tenant_id, source=source, trigger=trigger)
+    except IntegrityError:
+        raise InvalidInput(
+            f"A sync of {source.name!r} is already going on; wait for it to finish.", code="sync_running"
+        ) from None
+    return sync_run_execute(run_id=run.pk, worker_id=worker_id)
+
+
+def sync_run_execute(*, run_id: int, worker_id: str | None = None) -> SyncRun | None:
+    """Run ``SyncRun`` ``run_id`` under a lease; returns the run as it ended (None if deleted).
+
+    Claimed when pending or its lease ran out (its worker died); a finished run is returned as
+    it is, and one under another worker's live lease raises ``SyncBusy``. Transient failures
+    (database, embedding endpoint) put the run back to pending and propagate for a retry.
+    """
+    worker_id = worker_id or worker_id_default()
+    claimed = lease_claim(SyncRun, run_id, worker_id)
+    run = SyncRun.objects.select_related("source", "tenant").filter(pk=run_id).first()
+    if run is None:
+        return None
+    if not claimed:
+        if run.status == SyncRun.Status.RUNNING and run.lease_expires_at is not None:
+            raise SyncBusy(run_id, max((run.lease_expires_at - timezone.now()).total_seconds(), 0) + 1)
+        return run
+    with LeaseHeartbeat(SyncRun, run_id, worker_id):
+        try:
+            outcome = _sync(run, worker_id)
+        except TRANSIENT_ERRORS:
+            lease_held(SyncRun, run_id, worker_id).update(
+                status=SyncRun.Status.PENDING, worker_id="", lease_expires_at=None
+            )
+            raise
+        except SourceUnreachable as exc:
+            outcome = {"status": SyncRun.Status.FAILED, "error": f"{exc.message} Nothing changed."}
+        except ApplicationError as exc:
+            outcome = {"status": SyncRun.Status.FAILED, "error": exc.message}
+        except Exception:
+            logger.exception("Sync run %s failed", run_id)
+            outcome = {
+                "status": SyncRun.Status.FAILED,
+                "error": "The sync failed unexpectedly (the details are in the server log).",
+            }
+    finished = timezone.now()
+    if lease_held(SyncRun, run_id, worker_id).update(finished_at=finished, lease_expires_at=None, **outcome):
+        if outcome["status"] == SyncRun.Status.DONE:
+            Source.objects.filter(pk=run.source_id).update(last_synced_at=finished)
+    else:
+        logger.warning("Sync run %s was taken over by another worker; its outcome is theirs to record", run_id)
+    run.refresh_from_db()
+    return run
+
+
+def _sync(run: SyncRun, worker_id: str) -> dict:
+    """The sync itself (module docstring); returns the run's final fields."""
+    source, tenant = run.source, run.tenant
+    started = time.perf_counter()
+    held = lease_held(SyncRun, run.pk, worker_id)
+    documents = list(
+        Document.objects.filter(tenant=tenant, source=source).values(
+            "id", "external_id", "sync_key", "fingerprint", "deleted_at"
+        )
+    )
+    live = [d for d in documents if d["deleted_at"] is None]
+    known = {d["sync_key"]: d["fingerprint"] for d in live if d["sync_key"]}
+    by_key: dict[str, list[dict]] = defaultdict(list)
+    for d in live:
+        by_key[d["sync_key"]].append(d)
+
+    held.update(progress={"stage": "listing"})
+    items = list(connector_for(source).items(known))  # SourceUnreachable: nothing changes
+    counts = {"new": 0, "updated": 0, "unchanged": 0, "deleted": 0, "failed": 0}
+    errors: list[dict] = []
+    seen: set[str] = set()
+    to_read: list[Item] = []
+    for item in items:
+        seen.add(item.key)
+        if item.error:
+            counts["failed"] += 1
+            errors.append({"document": item.key, "error": item.error})
+        elif item.unchanged:
+            counts["unchanged"] += max(len(by_key.get(item.key, ())), 1)
+        else:
+            to_read.append(item)
+    to_read = _own_ids_only(tenant, source, to_read, counts, errors)
+
+    stored_ids: set[str] = set()
+    for position in range(0, len(to_read), BATCH_DOCUMENTS):
+        batch = to_read[position : position + BATCH_DOCUMENTS]
+        held.update(progress={"stage": "ingesting", "items": len(to_read), "done": position})
+        for group, report in _ingest_isolating(tenant, source, batch, counts, errors):
+            _count(report, counts)
+            for item in group:
+                ids = [d.external_id for d in item.documents]
+                stored_ids.update(ids)
+                Document.objects.filter(tenant=tenant, external_id__in=ids).update(
+                    sync_key=item.key, fingerprint=item.fingerprint[:300]
+                )
+
+    held.update(progress={"stage": "deleting"})
+    read_keys = {item.key for item in to_read}
+    failed_keys = {e["document"] for e in errors}
+    gone = [
+        d
+        for d in live
+        if (d["sync_key"] not in seen and d["external_id"] not in stored_ids)
+        or (d["sync_key"] in read_keys and d["sync_key"] not in failed_keys and d["external_id"] not in stored_ids)
+    ]
+    now = timezone.now()
+    for d in gone:
+        if document_mark_deleted(document_id=d["id"], when=now):
+            counts["deleted"] += 1
+    logger.info("Synced %s in %.1f s: %s", source, time.perf_counter() - started, counts)
+    return {"status": SyncRun.Status.DONE, "errors": errors[:1000], "error": "", "progress": {}, **counts}
+
+
+def _own_ids_only(tenant: Tenant, source: Source, items: list[Item], counts: dict, errors: list) -> list[Item]:
+    """Drop (as failed) the items holding a document id another source of the tenant already has."""
+    ids = [d.external_id for item in items for d in item.documents]
+    taken = dict(
+        Document.objects.filter(tenant=tenant, external_id__in=ids)
+        .exclude(source=source)
+        .values_list("external_id", "source__name")
+    )
+    kept = []
+    for item in items:
+        clash = next((d.external_id for d in item.documents if d.external_id in taken), None)
+        if clash is None:
+            kept.append(item)
+            continue
+        counts["failed"] += 1
+        errors.append(
+            {
+                "document": item.key,
+                "error": f"{clash}: the source {taken[clash]!r} already has a document with this id.",
+            }
+        )
+    return kept
+
+
+def _ingest_isolating(tenant, source, items: list[Item], counts: dict, errors: list):
+    """Ingest ``items`` in one call; if it fails on bad input, item by item. Yields (items, report)."""
+    documents: list[ReadDocument] = [d for item in items for d in item.documents]
+    try:
+        report = documents_ingest(tenant=tenant, source=source, documents=documents)
+    except InvalidInput as exc:
+        if len(items) == 1:
+            counts["failed"] += 1
+            errors.append({"document": items[0].key, "error": exc.message})
+            return
+    else:
+        yield items, report
+        return
+    for item in items:
+        try:
+            yield [item], documents_ingest(tenant=tenant, source=source, documents=item.documents)
+        except InvalidInput as exc:
+            counts["failed"] += 1
+            errors.append({"document": item.key, "error": exc.message})
+
+
+def _count(report: IngestReport, counts: dict) -> None:
+    for outcome in report.outcomes:
+        if outcome.status == "unchanged":
+            counts["unchanged"] += 1
+        elif outcome.status == "created" or (outcome.status == "duplicate" and outcome.version == 1):
+            counts["new"] += 1
+        else:
+            counts["updated"] += 1
+
+
+def sources_sync_due(*, now=None, limit: int = 100) -> list[int]:
+    """Queue the runs that are due (Celery beat). Returns the queued run ids.
+
+    Re-queues runs whose lease ran out (their worker died), then starts a run for each source
+    with a schedule (``sync_every``) whose last run started at least that long ago and that has
+    no run going on. Spans every tenant (runs as the owner under row-level security).
+    """
+    now = now or timezone.now()
+    queued = []
+    stale = SyncRun.objects.filter(status=SyncRun.Status.RUNNING, lease_expires_at__lt=now)
+    for run_id in stale.values_list("pk", flat=True)[:limit]:
+        with transaction.atomic():
+            if stale.filter(pk=run_id).update(status=SyncRun.Status.PENDING, worker_id="", lease_expires_at=None):
+                queued.append(run_id)
+                transaction.on_commit(partial(_run_enqueue, run_id))
+    due = (
+        Source.objects.filter(kind__in=Source.SYNCED_KINDS, sync_every__isnull=False)
+        .exclude(sync_runs__status__in=["pending", "running"])
+        .filter(Q(last_synced_at__isnull=True) | Q(last_synced_at__lte=now - F("sync_every")))
+    )
+    for source in due.order_by(F("last_synced_at").asc(nulls_first=True))[:limit]:
+        last = source.sync_runs.order_by("-created_at").values_list("created_at", flat=True).first()
+        if last is not None and last > now - source.sync_every:  # a failed run retries on the schedule
+            continue
+        run = sync_run_request(source=source, trigger=SyncRun.Trigger.SCHEDULE)
+        queued.append(run.pk)
+    return queued
+
+
+def sync_run_get(*, tenant: Tenant, run_id: int) -> SyncRun:
+    """One of the tenant's sync runs; ``NotFound`` otherwise."""
+    run = SyncRun.objects.for_tenant(tenant).select_related("source").filter(pk=run_id).first()
+    if run is None:
+        raise NotFound(f"Sync run {run_id} not found.")
+    return run
