@@ -177,10 +177,14 @@ class GitConnector:
             raise
 
     def _tip(self, repo: Repo) -> bytes:
-        """The commit at the tip of the source's branch (or ``HEAD``) in ``repo``."""
+        """The commit at the tip of the source's branch (or ``HEAD``) in ``repo``.
+
+        The branch is a local one, else the one the working copy tracks from ``origin``.
+        """
         if self.branch:
-            ref = b"refs/heads/" + self.branch.encode()
-            if ref not in repo.refs:
+            candidates = (b"refs/heads/", b"refs/remotes/origin/")  # a working copy may only track it
+            ref = next((p + self.branch.encode() for p in candidates if p + self.branch.encode() in repo.refs), b"")
+            if not ref:
                 raise SourceUnreachable(
                     f"{self.location}: no branch {self.branch!r} (branches: {self._branches(repo.refs.keys())})."
                 )

@@ -340,3 +340,17 @@ def test_a_shallow_working_copy_dates_its_files_by_its_oldest_commit(tenant, rep
 
     assert set(items) == {"finance/taxes.md", "guides/bike.txt", "pasta.md"}
     assert {item.documents[0].published_at for item in items.values()} == {MAR}
+
+
+def test_a_working_copy_reads_a_branch_it_only_tracks_from_origin(tenant, repository, tmp_path):
+    with Repo(str(repository.path)) as repo:
+        first = next(iter(repo.get_walker(reverse=True))).commit.id
+    porcelain.branch_create(str(repository.path), "release", objectish=first)
+    porcelain.clone(str(repository.path), str(tmp_path / "checkout"), errstream=io.BytesIO()).close()
+    with Repo(str(tmp_path / "checkout")) as checkout:
+        assert b"refs/heads/release" not in checkout.refs
+    source = git_source(tenant, tmp_path / "checkout", name="checkout", branch="release")
+
+    items = list(GitConnector(source).items({}))
+
+    assert sorted(item.key for item in items) == ["guides/bike.txt", "pasta.md"]
