@@ -97,7 +97,8 @@ def _transport_config() -> StackedConfig:
 
 
 def _reason(exc: BaseException) -> str:
-    text = str(exc).strip()
+    """An exception as a short text, without credentials from any URL it quotes."""
+    text = re.sub(r"//[^/@\s]+@", "//", str(exc).strip())
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 

@@ -54,6 +54,12 @@ class Repository:
         )
 
 
+@pytest.fixture(autouse=True)
+def _caches_in_tmp_path(settings, tmp_path):
+    """URL sources are fetched under ``KB_DATA_DIR``: a throwaway one here."""
+    settings.KB_DATA_DIR = tmp_path / "kb-data"
+
+
 @pytest.fixture
 def repository(tmp_path):
     """``handbook``: pasta.md and bike.txt committed in January, taxes.md in February, pasta.md edited in March."""
@@ -354,3 +360,13 @@ def test_a_working_copy_reads_a_branch_it_only_tracks_from_origin(tenant, reposi
     items = list(GitConnector(source).items({}))
 
     assert sorted(item.key for item in items) == ["guides/bike.txt", "pasta.md"]
+
+
+def test_a_failed_fetch_never_shows_the_urls_credentials(tenant):
+    source = git_source(tenant, "http://reader:s3cret-token@127.0.0.1:9/org/handbook.git")
+
+    run = source_sync(source=source)
+
+    assert run.status == "failed"
+    assert "could not be fetched" in run.error and "127.0.0.1:9/org/handbook.git" in run.error
+    assert "s3cret-token" not in run.error and "reader" not in run.error
