@@ -89,7 +89,10 @@ def url_normalize(url: str) -> str:
     host = (parts.hostname or "").lower()
     if ":" in host:  # IPv6
         host = f"[{host}]"
-    port = parts.port
+    try:
+        port = parts.port
+    except ValueError:  # not a port: kept as it is, so the URL matches no site
+        port, host = None, parts.netloc.lower()
     if port and not (scheme == "http" and port == 80) and not (scheme == "https" and port == 443):
         host = f"{host}:{port}"
     return urlunsplit((scheme, host, parts.path or "/", parts.query, ""))
@@ -209,7 +212,7 @@ class WebConnector:
                     return _Page(url, response.status_code, response.headers, body)
             except httpx.TimeoutException:
                 return _Page(url, error=f"{url}: no answer within {TIMEOUT_S:g} s")
-            except httpx.HTTPError as exc:
+            except (httpx.HTTPError, httpx.InvalidURL, UnicodeError) as exc:
                 return _Page(url, error=f"{url}: could not connect ({_reason(exc)})")
         return _Page(url, error=f"{url}: more than {MAX_REDIRECTS} redirects")
 
@@ -371,7 +374,9 @@ class WebConnector:
         if page.offsite or page.status in (404, 410):
             return None
         if page.status == 304:
-            return Item(page.url, known.get(page.url, ""), unchanged=True)
+            if page.url not in known:  # 304 to a request without conditions
+                return Item(page.url, error=f"{page.url}: the server answered 304 to a request without conditions")
+            return Item(page.url, known[page.url], unchanged=True)
         if page.status != 200:
             return Item(page.url, known.get(page.url, ""), error=f"{page.url}: the server answered {page.status}")
         if not page.is_html or not self._on_site(page.url) or not self._selected(page.url):
@@ -399,9 +404,11 @@ def page_read(html: bytes | str, *, url: str, encoding: str | None = None) -> Re
     page. ``InvalidInput`` when the page holds no text.
     """
     import trafilatura
+    from trafilatura.utils import decode_file
 
     if isinstance(html, bytes):
-        html = html.decode(encoding or "utf-8", "replace")
+        # The header's charset, else the page's own <meta charset> or a guess (trafilatura).
+        html = html.decode(encoding, "replace") if encoding else decode_file(html)
     extracted = None
     try:
         extracted = trafilatura.bare_extraction(
@@ -498,9 +505,13 @@ def _sitemap_parse(body: bytes) -> tuple[str | None, list[str]]:
     kind = etree.QName(root).localname if isinstance(root.tag, str) else ""
     if kind not in ("urlset", "sitemapindex"):
         return None, []
-    locations = [
-        element.text.strip()
-        for element in root.iter()
-        if isinstance(element.tag, str) and etree.QName(element).localname == "loc" and element.text
-    ]
+    entry = "url" if kind == "urlset" else "sitemap"
+    locations = []
+    for element in root:  # <url> or <sitemap>; other <loc>s (images, videos) are not pages
+        if not isinstance(element.tag, str) or etree.QName(element).localname != entry:
+            continue
+        for loc in element:
+            if isinstance(loc.tag, str) and etree.QName(loc).localname == "loc" and loc.text and loc.text.strip():
+                locations.append(loc.text.strip())
+                break
     return kind, locations

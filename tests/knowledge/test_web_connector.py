@@ -183,6 +183,22 @@ def test_a_crawl_requests_at_most_page_limit_pages(tenant, site):
     assert sum(hits for path, hits in site.hits.items() if path.startswith("/docs/")) == 3
 
 
+def test_a_crawl_follows_the_links_of_a_page_outside_include_without_storing_it(tenant, site):
+    site.pages["/docs/index.html"] = page("Index", "All the pages of the handbook.", ["guide/a.html", "b.html"])
+    site.pages["/docs/guide/a.html"] = page("A", "The first chapter of the guide.")
+    site.pages["/docs/b.html"] = page("B", "Not in the guide.")
+    run = source_sync(source=_web_source(tenant, site.url("/docs/index.html"), include=["/docs/guide/*"]))
+    assert (run.status, run.new) == ("done", 1)
+    assert _live(tenant) == {site.url("/docs/guide/a.html")}
+
+
+def test_a_location_answering_a_sitemap_is_read_as_one(tenant, site):
+    _three_pages(site)
+    site.pages["/docs/pages"] = site.pages["/docs/sitemap.xml"]
+    run = source_sync(source=_web_source(tenant, site.url("/docs/pages")))
+    assert (run.status, run.new) == ("done", 3)
+
+
 def test_a_second_crawl_reads_unchanged_pages_for_their_links_but_embeds_nothing(tenant, site):
     site.pages["/docs/index.html"] = page("Index", "All the pages of the handbook.", ["a.html"])
     site.pages["/docs/a.html"] = page("A", "The first chapter of the handbook.")
@@ -227,6 +243,21 @@ def test_a_sitemap_index_is_followed_one_level(tenant, site):
     run = source_sync(source=_web_source(tenant, site.url("/docs/sitemap-index.xml"), exclude=["*/faq.html"]))
     assert (run.status, run.new) == ("done", 2)
     assert site.hits["/docs/faq.html"] == 0
+
+
+def test_a_sitemap_lists_its_pages_not_their_images(tenant, site):
+    _three_pages(site)
+    site.pages["/docs/sitemap.xml"] = Response(
+        200,
+        '<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '
+        'xmlns:image="http://www.google.com/schemas/sitemap-image/1.1">'
+        f"<url><loc>{site.url('/docs/install.html')}</loc>"
+        f"<image:image><image:loc>{site.url('/docs/logo.html')}</image:loc></image:image></url></urlset>",
+        {"Content-Type": "application/xml"},
+    )
+    items = list(WebConnector(_web_source(tenant, site.url("/docs/sitemap.xml"))).items({}))
+    assert [item.key for item in items] == [site.url("/docs/install.html")]
+    assert site.hits["/docs/logo.html"] == 0
 
 
 def test_a_redirect_is_followed_on_the_host_only(tenant, site):
