@@ -1,16 +1,517 @@
-"""The web connector (being written)."""
+"""The web connector: the pages of a web site, from its sitemap or by following its links.
+
+``source.location`` is a start page or a sitemap. The pages read are those on the location's
+scheme and host, under its folder (start ``https://h/docs/index.html`` or
+``https://h/docs/sitemap.xml``: prefix ``/docs/``), whose URL path the source's ``include`` and
+``exclude`` globs select (``knowledge.connectors.base.path_selected``), at most
+``source.page_limit`` of them per sync.
+
+Discovery
+    A location ending in ``.xml``, or one answering with an XML sitemap (``urlset``, or a
+    ``sitemapindex`` whose sitemaps are read one level deep), lists the pages. Otherwise the
+    connector crawls breadth-first from the start page, following ``<a href>`` links (fragments
+    dropped) that stay under the prefix. When crawling, an excluded page is never requested; a
+    page outside ``include`` is requested only to follow its links, and is not stored. Links to
+    files that are plainly not pages (images, archives, PDFs...) are not followed.
+
+Politeness
+    ``robots.txt`` (read once per sync; missing = everything allowed; 401/403 = nothing allowed)
+    is obeyed for the user agent ``KnowledgeBaseBot/1.0``; its ``Crawl-delay`` wins when longer
+    than ``source.crawl_delay_s``, the pause between the end of one request and the start of the
+    next. Requests time out after ``TIMEOUT_S`` seconds; redirects are followed (at most
+    ``MAX_REDIRECTS``) only on the same scheme and host; bodies past ``MAX_BYTES`` are refused.
+
+Changes
+    A page's key and document id are its URL (after redirects); its fingerprint is
+    ``etag:<ETag>`` and/or ``lm:<Last-Modified>``, else ``sha256:<hash of the body>``. With a
+    sitemap, a known page is requested with ``If-None-Match`` / ``If-Modified-Since``, so an
+    unchanged page costs one request answered 304 and nothing else. When crawling, every page is
+    requested without conditions, because a 304 would hide the links the crawl needs; a page
+    whose fingerprint equals the known one is still yielded as unchanged (its links are followed,
+    its text is neither extracted nor embedded again).
+
+Reading
+    The main text comes from trafilatura as Markdown (headings become sections, tables are
+    kept), with the page's title and publication date (``published_at``, midnight UTC); when
+    trafilatura finds nothing, the project's HTML reader reads the whole page. Only HTML
+    (``text/html``, ``application/xhtml+xml``) is read; other content types are passed over.
+
+Failures
+    A page answering 404 or 410, redirecting off the host, or not HTML is not yielded (the sync
+    marks its document deleted). A page answering another error status, timing out or refusing
+    the connection fails alone (its document keeps its last good state). When the start page,
+    the sitemap (or one it points to) or ``robots.txt`` cannot be fetched, or ``robots.txt``
+    forbids the start URL, ``SourceUnreachable`` says why and the sync changes nothing.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import hashlib
+import logging
+import posixpath
+import re
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from urllib.parse import urljoin, urlsplit, urlunsplit
+from urllib.robotparser import RobotFileParser
 
-from knowledge.connectors.base import Item
+import httpx2 as httpx
+
+from core.errors import InvalidInput
+from knowledge.connectors.base import Item, SourceUnreachable, path_selected
+from knowledge.ingestion.readers import ReadDocument, read_bytes
 from knowledge.models import Source
+
+logger = logging.getLogger(__name__)
+
+USER_AGENT = "KnowledgeBaseBot/1.0"
+TIMEOUT_S = 20.0
+MAX_REDIRECTS = 5
+MAX_BYTES = 10 * 1024 * 1024
+MAX_SITEMAPS = 50  # sitemaps read from one sitemap index
+MAX_URL_LENGTH = 1000  # a document id has at most 1,000 characters
+
+HTML_TYPES = ("text/html", "application/xhtml+xml")
+NOT_PAGES = (
+    ".7z .avi .bmp .css .csv .doc .docx .epub .exe .gif .gz .ico .jpeg .jpg .js .json .mov .mp3 .mp4 .odp .ods "
+    ".odt .pdf .png .ppt .pptx .rar .svg .tar .tgz .wav .webm .webp .woff .woff2 .xls .xlsx .xml .zip"
+).split()
+
+
+def url_normalize(url: str) -> str:
+    """``url`` without its fragment, with a lower-case scheme and host, no default port, and a path
+    (``/`` when empty)."""
+    parts = urlsplit(url.strip())
+    scheme = parts.scheme.lower()
+    host = (parts.hostname or "").lower()
+    if ":" in host:  # IPv6
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:  # not a port: kept as it is, so the URL matches no site
+        port, host = None, parts.netloc.lower()
+    if port and not (scheme == "http" and port == 80) and not (scheme == "https" and port == 443):
+        host = f"{host}:{port}"
+    return urlunsplit((scheme, host, parts.path or "/", parts.query, ""))
+
+
+@dataclass
+class _Page:
+    """What one GET gave: the final ``url`` (after redirects) and ``status``, or why it failed."""
+
+    url: str
+    status: int = 0
+    headers: httpx.Headers = field(default_factory=httpx.Headers)
+    body: bytes = b""
+    error: str = ""  # could not be fetched (timeout, connection, too large, too many redirects)
+    offsite: bool = False  # redirected off the scheme and host
+
+    @property
+    def content_type(self) -> str:
+        return self.headers.get("content-type", "").split(";")[0].strip().lower()
+
+    @property
+    def is_html(self) -> bool:
+        return not self.content_type or self.content_type in HTML_TYPES
+
+    def fingerprint(self) -> str:
+        """``etag:<ETag>`` and/or ``lm:<Last-Modified>``, else ``sha256:<body hash>``; ≤ 300 characters."""
+        etag, modified = self.headers.get("etag", ""), self.headers.get("last-modified", "")
+        parts = [f"etag:{etag}"] if etag else []
+        if modified:
+            parts.append(f"lm:{modified}")
+        if not parts:
+            return f"sha256:{hashlib.sha256(self.body).hexdigest()}"
+        return " ".join(parts)[:300]
+
+
+def _validators(fingerprint: str) -> dict[str, str]:
+    """The conditional request headers a stored fingerprint allows (none for a body hash)."""
+    headers = {}
+    etag, _, modified = fingerprint.partition(" lm:")
+    if fingerprint.startswith("lm:"):
+        etag, modified = "", fingerprint[3:]
+    if etag.startswith("etag:"):
+        headers["If-None-Match"] = etag[5:]
+    if modified:
+        headers["If-Modified-Since"] = modified
+    return headers
 
 
 class WebConnector:
-    def __init__(self, source: Source):
+    """Reads the web site at ``source.location`` (module docstring).
+
+    ``sleep`` (seconds -> None) makes the pauses between requests, ``transport`` replaces the
+    network (httpx transports); both are for tests.
+    """
+
+    def __init__(
+        self,
+        source: Source,
+        *,
+        sleep: Callable[[float], None] | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ):
         self.source = source
+        self.sleep = sleep or time.sleep
+        self.transport = transport
+        self.start = url_normalize(source.location)
+        parts = urlsplit(self.start)
+        self.origin = f"{parts.scheme}://{parts.netloc}"
+        self.prefix = posixpath.dirname(parts.path).rstrip("/") + "/"
+        self.delay = float(source.crawl_delay_s or 0)
+        self.robots: RobotFileParser | None = None
+        self._client: httpx.Client | None = None
+        self._requested = False
+        self._pages_requested = 0
+
+    # -- which URLs ------------------------------------------------------------------------------
+
+    def _on_site(self, url: str) -> bool:
+        """Whether ``url`` (normalized) is on the start URL's scheme and host, under its folder."""
+        return url.startswith(self.origin + "/") and urlsplit(url).path.startswith(self.prefix)
+
+    def _selected(self, url: str) -> bool:
+        return path_selected(urlsplit(url).path, self.source.include, self.source.exclude)
+
+    def _allowed(self, url: str) -> bool:
+        return self.robots is None or self.robots.can_fetch(USER_AGENT, url)
+
+    # -- HTTP ------------------------------------------------------------------------------------
+
+    def _get(self, url: str, headers: Mapping[str, str] | None = None) -> _Page:
+        """GET ``url`` after the politeness pause, following redirects on the same scheme and host."""
+        assert self._client is not None
+        for _ in range(MAX_REDIRECTS + 1):
+            if self._requested and self.delay > 0:
+                self.sleep(self.delay)
+            self._requested = True
+            try:
+                with self._client.stream("GET", url, headers=dict(headers or {})) as response:
+                    if response.is_redirect and response.headers.get("location"):
+                        target = url_normalize(urljoin(url, response.headers["location"]))
+                        if not target.startswith(self.origin + "/") or not self._allowed(target):
+                            return _Page(url, response.status_code, response.headers, offsite=True)
+                        url = target
+                        continue
+                    body = b""
+                    if response.status_code == 200 and self._wanted(response.headers):
+                        length = response.headers.get("content-length", "")
+                        if length.isdigit() and int(length) > MAX_BYTES:
+                            return _Page(url, error=f"{url}: larger than {MAX_BYTES // 2**20} MB")
+                        chunks, size = [], 0
+                        for chunk in response.iter_bytes():
+                            size += len(chunk)
+                            if size > MAX_BYTES:
+                                return _Page(url, error=f"{url}: larger than {MAX_BYTES // 2**20} MB")
+                            chunks.append(chunk)
+                        body = b"".join(chunks)
+                    return _Page(url, response.status_code, response.headers, body)
+            except httpx.TimeoutException:
+                return _Page(url, error=f"{url}: no answer within {TIMEOUT_S:g} s")
+            except (httpx.HTTPError, httpx.InvalidURL, UnicodeError) as exc:
+                return _Page(url, error=f"{url}: could not connect ({_reason(exc)})")
+        return _Page(url, error=f"{url}: more than {MAX_REDIRECTS} redirects")
+
+    @staticmethod
+    def _wanted(headers: httpx.Headers) -> bool:
+        """Whether a 200's body is worth downloading: HTML, XML (sitemaps) or plain text (robots.txt)."""
+        kind = headers.get("content-type", "").split(";")[0].strip().lower()
+        return not kind or kind in HTML_TYPES or "xml" in kind or kind == "text/plain"
+
+    def _get_or_unreachable(self, url: str, what: str) -> _Page:
+        """GET a page the whole sync depends on; ``SourceUnreachable`` unless it answers 200."""
+        page = self._get(url)
+        if page.error:
+            raise SourceUnreachable(f"{page.error}.")
+        if page.offsite:
+            raise SourceUnreachable(f"{url}: {what} redirects off {self.origin}.")
+        if page.status != 200:
+            raise SourceUnreachable(f"{url}: {what} answered {page.status}.")
+        return page
+
+    def _robots_read(self) -> None:
+        """Read ``robots.txt`` once; a missing one allows everything, 401/403 forbid everything."""
+        url = f"{self.origin}/robots.txt"
+        page = self._get(url)
+        robots = RobotFileParser(url)
+        if page.error:
+            raise SourceUnreachable(f"{page.error}.")
+        if page.status in (401, 403):
+            robots.disallow_all = True
+        elif page.status >= 500:
+            raise SourceUnreachable(f"{url} answered {page.status}; the site is not read without its robots.txt.")
+        elif page.status == 200 and not page.offsite:
+            robots.parse(page.body.decode("utf-8", "replace").splitlines())
+        else:
+            robots.allow_all = True
+        self.robots = robots
+        crawl_delay = robots.crawl_delay(USER_AGENT)
+        if crawl_delay is not None and float(crawl_delay) > self.delay:
+            self.delay = float(crawl_delay)
+
+    # -- items -----------------------------------------------------------------------------------
 
     def items(self, known: Mapping[str, str]) -> Iterator[Item]:
-        raise NotImplementedError
+        """Yield an ``Item`` per page of the site (see ``knowledge.connectors.base``).
+
+        ``SourceUnreachable`` when the start page, the sitemap or ``robots.txt`` cannot be read,
+        or ``robots.txt`` forbids the start URL.
+        """
+        with httpx.Client(
+            timeout=TIMEOUT_S,
+            follow_redirects=False,
+            headers={"User-Agent": USER_AGENT},
+            transport=self.transport,
+        ) as client:
+            self._client = client
+            self._requested = False
+            self._pages_requested = 0
+            try:
+                yield from self._items(known)
+            finally:
+                self._client = None
+
+    def _items(self, known: Mapping[str, str]) -> Iterator[Item]:
+        self._robots_read()
+        if not self._allowed(self.start):
+            raise SourceUnreachable(f"{self.origin}/robots.txt forbids {USER_AGENT} to read {self.start}.")
+        if urlsplit(self.start).path.lower().endswith(".xml"):
+            start = self._get_or_unreachable(self.start, "the sitemap")
+            urls = self._sitemap_urls(start)
+            if urls is None:
+                raise SourceUnreachable(f"{self.start}: not an XML sitemap (urlset or sitemapindex).")
+            yield from self._from_sitemap(urls, known)
+            return
+        start = self._get_or_unreachable(self.start, "the start page")
+        if start.is_html:
+            yield from self._crawl(start, known)
+            return
+        urls = self._sitemap_urls(start) if "xml" in start.content_type else None
+        if urls is None:
+            raise SourceUnreachable(f"{self.start}: neither a web page nor an XML sitemap ({start.content_type}).")
+        yield from self._from_sitemap(urls, known)
+
+    def _sitemap_urls(self, page: _Page) -> list[str] | None:
+        """The page URLs a sitemap lists (an index's sitemaps read one level deep), or None if
+        ``page`` is no sitemap."""
+        kind, locations = _sitemap_parse(page.body)
+        if kind is None:
+            return None
+        if kind == "urlset":
+            return locations
+        urls: list[str] = []
+        for location in locations[:MAX_SITEMAPS]:
+            child_url = url_normalize(urljoin(page.url, location))
+            if not child_url.startswith(self.origin + "/") or not self._allowed(child_url):
+                continue
+            child = self._get_or_unreachable(child_url, "a sitemap of the sitemap index")
+            child_kind, child_locations = _sitemap_parse(child.body)
+            if child_kind == "urlset":
+                urls.extend(child_locations)
+        return urls
+
+    def _from_sitemap(self, locations: list[str], known: Mapping[str, str]) -> Iterator[Item]:
+        """One conditional GET per selected page of the sitemap, at most ``page_limit``."""
+        urls: dict[str, None] = {}  # ordered, without repeats
+        for location in locations:
+            url = url_normalize(urljoin(self.start, location))
+            if url not in urls and self._on_site(url) and self._selected(url) and self._allowed(url):
+                urls[url] = None
+        seen: set[str] = set()
+        for url in list(urls)[: self.source.page_limit]:
+            page = self._get(url, _validators(known.get(url, "")))
+            if page.url in seen:
+                continue
+            seen.add(page.url)
+            item = self._item(page, known, requested=url)
+            if item is not None:
+                yield item
+
+    def _crawl(self, start: _Page, known: Mapping[str, str]) -> Iterator[Item]:
+        """Breadth-first from the start page, at most ``page_limit`` pages requested."""
+        queue: deque[str] = deque()
+        queued = {self.start, start.url}
+        page: _Page | None = start
+        requested = 1
+        while page is not None:
+            if page.status == 200 and page.is_html and not page.offsite and self._on_site(page.url):
+                for link in _links(page):
+                    if link not in queued and self._followed(link):
+                        queued.add(link)
+                        queue.append(link)
+            item = self._item(page, known, requested=page.url)
+            if item is not None:
+                yield item
+            page = None
+            while queue and requested < self.source.page_limit:
+                url = queue.popleft()
+                page = self._get(url)
+                requested += 1
+                if page.url != url:  # redirected: read each final URL once
+                    if page.url in queued and not page.error:
+                        page = None
+                        continue
+                    queued.add(page.url)
+                break
+
+    def _followed(self, url: str) -> bool:
+        """Whether the crawl requests ``url``: under the prefix, allowed, not excluded, likely a page."""
+        path = urlsplit(url).path
+        if not self._on_site(url) or not self._allowed(url):
+            return False
+        if self.source.exclude and not path_selected(path, [], self.source.exclude):
+            return False
+        return posixpath.splitext(path)[1].lower() not in NOT_PAGES
+
+    def _item(self, page: _Page, known: Mapping[str, str], *, requested: str) -> Item | None:
+        """The item of a fetched page; None when the page is gone, off the site or not HTML."""
+        if page.error:
+            return Item(requested, known.get(requested, ""), error=page.error)
+        if page.offsite or page.status in (404, 410):
+            return None
+        if page.status == 304:
+            if page.url not in known:  # 304 to a request without conditions
+                return Item(page.url, error=f"{page.url}: the server answered 304 to a request without conditions")
+            return Item(page.url, known[page.url], unchanged=True)
+        if page.status != 200:
+            return Item(page.url, known.get(page.url, ""), error=f"{page.url}: the server answered {page.status}")
+        if not page.is_html or not self._on_site(page.url) or not self._selected(page.url):
+            return None
+        if len(page.url) > MAX_URL_LENGTH:
+            return Item(page.url, error=f"{page.url[:200]}...: a URL longer than {MAX_URL_LENGTH} characters")
+        fingerprint = page.fingerprint()
+        if known.get(page.url) == fingerprint:
+            return Item(page.url, fingerprint, unchanged=True)
+        try:
+            document = page_read(page.body, url=page.url, encoding=_charset(page.headers))
+        except InvalidInput as exc:
+            return Item(page.url, fingerprint, error=exc.message)
+        return Item(page.url, fingerprint, documents=[document])
+
+
+_MARKDOWN_ESCAPE = re.compile(r"\\([*_`~\[\]<])")
+
+
+def page_read(html: bytes | str, *, url: str, encoding: str | None = None) -> ReadDocument:
+    """An HTML page as a ``ReadDocument`` (external id and URI: ``url``).
+
+    The main text is trafilatura's Markdown (headings as sections, tables kept), titled and dated
+    from the page's metadata; when trafilatura finds no text, the HTML reader reads the whole
+    page. ``InvalidInput`` when the page holds no text.
+    """
+    import trafilatura
+    from trafilatura.utils import decode_file
+
+    if isinstance(html, bytes):
+        # The header's charset, else the page's own <meta charset> or a guess (trafilatura).
+        html = html.decode(encoding, "replace") if encoding else decode_file(html)
+    extracted = None
+    try:
+        extracted = trafilatura.bare_extraction(
+            html, url=url, include_tables=True, include_formatting=True, with_metadata=True
+        )
+    except Exception:  # trafilatura on a malformed page: the HTML reader below reads it
+        logger.warning("trafilatura could not read %s", url, exc_info=True)
+    # trafilatura escapes Markdown's inline characters (``KB\\_WORKERS``); the stored text keeps
+    # them plain, as the page shows them, so identifiers are searched as written.
+    markdown = _MARKDOWN_ESCAPE.sub(r"\1", (getattr(extracted, "text", "") or "")).strip()
+    try:
+        if markdown:
+            document = read_bytes(markdown.encode(), name="page.md", external_id=url, uri=url)[0]
+        else:
+            document = read_bytes(html.encode(), name="page.html", external_id=url, uri=url)[0]
+    except InvalidInput:
+        raise InvalidInput(f"{url}: the page holds no text.", code="empty_file") from None
+    title = (getattr(extracted, "title", "") or "").strip()
+    if title:
+        document.title = title[:500]
+    document.published_at = _date(getattr(extracted, "date", "") or "")
+    return document
+
+
+def _date(value: str) -> datetime | None:
+    """trafilatura's ``YYYY-MM-DD`` as midnight UTC; None when absent or malformed."""
+    try:
+        return datetime.strptime(value[:10], "%Y-%m-%d").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+
+
+def _charset(headers: httpx.Headers) -> str | None:
+    for part in headers.get("content-type", "").split(";")[1:]:
+        key, _, value = part.partition("=")
+        if key.strip().lower() == "charset" and value.strip():
+            charset = value.strip().strip('"')
+            try:
+                "".encode(charset)
+            except LookupError:
+                return None
+            return charset
+    return None
+
+
+def _reason(exc: Exception) -> str:
+    """A short reason for a failed request (the innermost cause's message)."""
+    for _ in range(10):
+        inner = exc.__cause__ or exc.__context__
+        if inner is None:
+            break
+        exc = inner
+    text = str(exc) or type(exc).__name__
+    return text.split("] ", 1)[-1][:200]
+
+
+def _links(page: _Page) -> list[str]:
+    """The normalized absolute URLs of a page's ``<a href>`` links (honouring ``<base href>``)."""
+    import lxml.html
+    from lxml.etree import ParserError
+
+    try:
+        tree = lxml.html.fromstring(page.body)
+    except (ParserError, ValueError):
+        return []
+    base = page.url
+    for element in tree.iter("base"):
+        if element.get("href"):
+            base = urljoin(page.url, element.get("href").strip())
+            break
+    links = []
+    for element in tree.iter("a"):
+        href = (element.get("href") or "").strip()
+        if not href or href.startswith(("#", "mailto:", "javascript:", "tel:")):
+            continue
+        url = urljoin(base, href)
+        if urlsplit(url).scheme in ("http", "https"):
+            links.append(url_normalize(url))
+    return links
+
+
+def _sitemap_parse(body: bytes) -> tuple[str | None, list[str]]:
+    """(``"urlset"`` or ``"sitemapindex"``, its ``<loc>`` values) of a sitemap; (None, []) for other XML.
+
+    Entities are not resolved and nothing is fetched by the parser.
+    """
+    from lxml import etree
+
+    parser = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=False, recover=False)
+    try:
+        root = etree.fromstring(body.strip(), parser=parser)
+    except (etree.XMLSyntaxError, ValueError):
+        return None, []
+    kind = etree.QName(root).localname if isinstance(root.tag, str) else ""
+    if kind not in ("urlset", "sitemapindex"):
+        return None, []
+    entry = "url" if kind == "urlset" else "sitemap"
+    locations = []
+    for element in root:  # <url> or <sitemap>; other <loc>s (images, videos) are not pages
+        if not isinstance(element.tag, str) or etree.QName(element).localname != entry:
+            continue
+        for loc in element:
+            if isinstance(loc.tag, str) and etree.QName(loc).localname == "loc" and loc.text and loc.text.strip():
+                locations.append(loc.text.strip())
+                break
+    return kind, locations
