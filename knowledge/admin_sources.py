@@ -82,7 +82,7 @@ class DurationTextField(forms.CharField):
 
 # --- The source form -----------------------------------------------------------------------------
 
-# Where an error of ``source_check`` goes when its message names no field first.
+# The field an error of ``source_check`` is about, by its code (else the first field its message names).
 _ERROR_FIELDS = {"location_required": "location", "invalid_location": "location", "invalid_sync_every": "sync_every"}
 
 
@@ -91,12 +91,8 @@ class SourceForm(TenantScopedForm):
     form error on the field it names. Fields with a model default (page limit, crawl delay) fall
     back to it when left empty."""
 
-    include = GlobListField(
-        required=False, help_text=f"folder, git, web: {Source._meta.get_field('include').help_text} One per line."
-    )
-    exclude = GlobListField(
-        required=False, help_text=f"folder, git, web: {Source._meta.get_field('exclude').help_text} One per line."
-    )
+    include = GlobListField(required=False, help_text=f"{Source._meta.get_field('include').help_text} One per line.")
+    exclude = GlobListField(required=False, help_text=f"{Source._meta.get_field('exclude').help_text} One per line.")
     sync_every = DurationTextField(
         required=False,
         help_text="Sync on a schedule this often: 30m, 1h, 1d or 1w (at least 1m); empty = only by hand.",
