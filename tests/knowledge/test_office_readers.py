@@ -278,3 +278,37 @@ def test_a_file_that_unpacks_too_large_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(office, "MAX_UNPACKED_BYTES", 1000)
     with pytest.raises(InvalidInput, match=r"^travel\.docx: the file unpacks to more than"):
         read(make_docx(tmp_path / "travel.docx"))
+
+
+def test_a_folder_with_a_corrupt_docx_among_good_files_stores_nothing(tenant, source, tmp_path):
+    from knowledge.models import Document
+    from knowledge.services import paths_ingest
+
+    make_docx(tmp_path / "travel.docx")
+    make_xlsx(tmp_path / "budget.xlsx")
+    (tmp_path / "guide.md").write_text("# Guide\n\nStep one is to read the manual carefully.")
+    (tmp_path / "broken.docx").write_bytes(make_docx(tmp_path / "whole.docx").read_bytes()[:2000])
+    (tmp_path / "whole.docx").unlink()
+    with pytest.raises(InvalidInput, match=r"^broken\.docx: not a valid Word document"):
+        paths_ingest(tenant=tenant, source=source, paths=[tmp_path])
+    assert not Document.objects.for_tenant(tenant).exists()
+
+
+def test_a_docx_ingests_into_chunks_headed_by_its_sections(tenant, source, tmp_path):
+    import docx
+
+    from knowledge.models import Chunk
+    from knowledge.services import paths_ingest
+
+    document = docx.Document()
+    document.add_heading("Expense handbook", level=0)
+    for topic in ("Hotels", "Meals", "Taxis"):
+        document.add_heading(topic, level=1)
+        for n in range(6):  # sections long enough to be chunks of their own
+            document.add_paragraph(f"Rule {n} about {topic.lower()} says that receipts are kept for {n + 2} years.")
+    document.save(tmp_path / "expenses.docx")
+    report = paths_ingest(tenant=tenant, source=source, paths=[tmp_path])
+    assert [(o.external_id, o.status) for o in report.outcomes] == [("expenses", "created")]
+    chunks = Chunk.objects.filter(version__document__external_id="expenses")
+    assert {c.heading for c in chunks if "about meals" in c.text} == {"Expense handbook › Meals"}
+    assert {c.heading for c in chunks if "about taxis" in c.text} == {"Expense handbook › Taxis"}
