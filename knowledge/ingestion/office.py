@@ -72,7 +72,6 @@ def read_office(data: bytes, *, name: str, external_id: str, uri: str) -> ReadDo
     ``InvalidInput`` for an empty, damaged, encrypted or mislabelled file, naming it.
     """
     suffix = Path(name).suffix.lower()
-    kind = _KINDS[suffix]
     if not data:
         raise InvalidInput(f"{name}: the file is empty.", code="empty_file")
     _check_container(data, name=name, suffix=suffix)
@@ -86,10 +85,8 @@ def read_office(data: bytes, *, name: str, external_id: str, uri: str) -> ReadDo
     except MemoryError:
         raise
     except Exception:  # each library has its own zoo of errors for a bad file
-        logger.info("Could not read %s as %s", name, kind, exc_info=True)
-        raise InvalidInput(
-            f"{name}: not a valid {kind} (the file is damaged or is not {suffix}).", code="invalid_document"
-        ) from None
+        logger.info("Could not read %s as %s", name, _KINDS[suffix], exc_info=True)
+        raise _invalid(name, suffix) from None
     return _document(
         blocks, meta_title=meta_title, first_heading=first_heading, name=name, external_id=external_id, uri=uri
     )
@@ -97,9 +94,8 @@ def read_office(data: bytes, *, name: str, external_id: str, uri: str) -> ReadDo
 
 def _check_container(data: bytes, *, name: str, suffix: str) -> None:
     """Refuse encrypted, old binary, non-zip and oversized files before a library sees them."""
-    kind = _KINDS[suffix]
-    if data.startswith(OLE_SIGNATURE):
-        if _ENCRYPTED_PACKAGE in data or suffix not in _OLD_BINARY:
+    if data.startswith(OLE_SIGNATURE) and suffix in _OLD_BINARY:  # ODF and EPUB stay zip files
+        if _ENCRYPTED_PACKAGE in data:
             raise InvalidInput(
                 f"{name}: the file is encrypted (password-protected); save it without a password.",
                 code="encrypted_file",
@@ -108,9 +104,6 @@ def _check_container(data: bytes, *, name: str, suffix: str) -> None:
             f"{name}: an old binary {_OLD_BINARY[suffix]} file, not {suffix}; save it as {suffix}.",
             code="invalid_document",
         )
-    invalid = InvalidInput(
-        f"{name}: not a valid {kind} (the file is damaged or is not {suffix}).", code="invalid_document"
-    )
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             members = archive.infolist()
@@ -127,7 +120,13 @@ def _check_container(data: bytes, *, name: str, suffix: str) -> None:
     except InvalidInput:
         raise
     except Exception:  # not a zip file, or a damaged one (bad offsets, CRC, compression)
-        raise invalid from None
+        raise _invalid(name, suffix) from None
+
+
+def _invalid(name: str, suffix: str) -> InvalidInput:
+    return InvalidInput(
+        f"{name}: not a valid {_KINDS[suffix]} (the file is damaged or is not {suffix}).", code="invalid_document"
+    )
 
 
 def _odf_or_epub_encrypted(archive: zipfile.ZipFile, suffix: str) -> bool:
@@ -167,8 +166,8 @@ def _line(text: str) -> str:
 
 
 def _row(cells: list[str]) -> str:
-    """A table row as one line, cells joined by " | " without trailing empty cells; "" if all are empty."""
-    cells = [_line(cell) for cell in cells]
+    """A row of one-line cells as one line, joined by " | " without trailing empty cells."""
+    cells = list(cells)
     while cells and not cells[-1]:
         cells.pop()
     return " | ".join(cells)
@@ -176,7 +175,8 @@ def _row(cells: list[str]) -> str:
 
 def _table(rows: list[list[str]]) -> Block:
     """A table as one block: a line per row that has any text, leading empty columns left out."""
-    rows = [[_line(cell) for cell in row] for row in rows]
+    # Whitespace only: the whole text is normalized afterwards (normalizing every cell is slow).
+    rows = [[" ".join(str(cell).split()) for cell in row] for row in rows]
     rows = [row for row in rows if any(row)]
     first = min((next(i for i, cell in enumerate(row) if cell) for row in rows), default=0)
     return Block("\n".join(_row(row[first:]) for row in rows))
@@ -192,12 +192,17 @@ def _read_docx(data: bytes) -> Parsed:
 
     document = docx.Document(io.BytesIO(data))
     blocks: list[Block] = []
+    # Style id -> name: ``paragraph.style`` searches the style sheet on every call.
+    style_names: dict[str | None, str] = {}
     for item in document.iter_inner_content():
         if isinstance(item, Table):
             blocks.append(_docx_table(item))
             continue
-        style = item.style.name if item.style is not None else ""
-        if style == "Title" or re.fullmatch(r"Heading [1-9]", style or ""):
+        style_id = item._p.style
+        if style_id not in style_names:
+            style_names[style_id] = (item.style.name if item.style is not None else "") or ""
+        style = style_names[style_id]
+        if style == "Title" or re.fullmatch(r"Heading [1-9]", style):
             blocks.append(Block(_line(item.text), heading=True))
         else:
             blocks.append(Block(item.text))
