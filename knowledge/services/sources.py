@@ -131,8 +131,6 @@ def source_check(source: Source) -> None:
         raise InvalidInput("versions_kept is 0 or more (empty keeps all).")
 
 
-
-
 def source_create(*, tenant: Tenant, name: str, kind: str = Source.Kind.FOLDER, **fields) -> Source:
     """Create the tenant's source ``name`` of ``kind`` with ``fields`` (any of ``SOURCE_FIELDS``).
 
