@@ -178,9 +178,11 @@ def main() -> None:
     import os
 
     from django.conf import settings
+    from django.core.management import call_command
 
     from demo.services import django_docs_download
 
+    call_command("migrate", verbosity=0)
     out: dict = {"machine": f"{os.cpu_count()} cores"}
     if not args.skip_demo:
         out.update(demo_resync())
