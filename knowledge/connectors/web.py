@@ -39,7 +39,7 @@ What a sync concludes:
   ``Item(url, error="<url>: the server answered 500")``, its document keeps its last state;
 * when the start page, robots.txt or a sitemap cannot be had (connection refused, unknown host,
   a timeout, an error status), ``SourceUnreachable``: nothing changes;
-* when a sync stops at ``page_limit`` it cannot tell whether the known pages it did not reach
+* when a sync ends at ``page_limit`` it cannot tell whether the known pages it did not reach
   are gone: those still in scope are kept as they were (yielded unchanged).
 """
 
@@ -59,7 +59,7 @@ from datetime import UTC, date, datetime
 from urllib.parse import urljoin, urlsplit, urlunsplit
 from urllib.robotparser import RobotFileParser
 
-import requests
+import urllib3
 
 from core.errors import InvalidInput
 from knowledge.connectors.base import Item, SourceUnreachable, path_selected
@@ -314,20 +314,19 @@ def _html_parse(text: str, url: str) -> _Html:
 
 
 class WebConnector:
-    """Reads a web source (module docstring). ``http`` (a ``requests.Session``), ``sleep`` and
+    """Reads a web source (module docstring). ``http`` (a ``urllib3.PoolManager``), ``sleep`` and
     ``clock`` can be replaced, e.g. to check the delay between requests without waiting."""
 
     def __init__(
         self,
         source: Source,
         *,
-        http: requests.Session | None = None,
+        http: urllib3.PoolManager | None = None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
     ):
         self.source = source
-        self.http = http or requests.Session()
-        self.http.headers["User-Agent"] = USER_AGENT
+        self.http = http or urllib3.PoolManager()
         self._sleep = sleep
         self._clock = clock
         self._last_request: float | None = None
@@ -349,51 +348,69 @@ class WebConnector:
         HTML, XML or text (or not given). ``_FetchFailed`` when no usable answer comes."""
         host = urlsplit(url).hostname
         for _ in range(MAX_REDIRECTS + 1):
-            headers = _conditions(known.get(url, "")) if known else {}
+            headers = {"User-Agent": USER_AGENT, **(_conditions(known.get(url, "")) if known else {})}
             self._wait()
             self.fetches += 1
             try:
-                response = self.http.get(
-                    url, headers=headers, timeout=(TIMEOUT_S, TIMEOUT_S), allow_redirects=False, stream=True
+                response = self.http.request(
+                    "GET",
+                    url,
+                    headers=headers,
+                    redirect=False,
+                    retries=False,
+                    preload_content=False,
+                    timeout=urllib3.Timeout(connect=TIMEOUT_S, read=TIMEOUT_S),
                 )
-            except requests.Timeout:
-                raise _FetchFailed(f"{url}: no answer within {TIMEOUT_S:.0f} s.") from None
-            except requests.ConnectionError as exc:
+            except urllib3.exceptions.NameResolutionError:
+                raise _FetchFailed(f"{url}: could not connect (unknown host).") from None
+            except urllib3.exceptions.NewConnectionError as exc:
                 raise _FetchFailed(f"{url}: could not connect ({_connect_reason(exc)}).") from None
-            except requests.RequestException as exc:
-                raise _FetchFailed(f"{url}: the request failed ({type(exc).__name__}).") from None
+            except urllib3.exceptions.TimeoutError:
+                raise _FetchFailed(f"{url}: no answer within {TIMEOUT_S:g} s.") from None
+            except urllib3.exceptions.HTTPError as exc:
+                raise _FetchFailed(f"{url}: the request failed ({_connect_reason(exc)}).") from None
             finally:
                 self._last_request = self._clock()
-            with response:
-                if response.status_code in _REDIRECTS and response.headers.get("Location"):
+            read = False
+            try:
+                if response.status in _REDIRECTS and response.headers.get("Location"):
                     target = url_normalize(response.headers["Location"], url)
                     if target is None or urlsplit(target).hostname != host:
                         return _Answer(url=target or url, status=0)
                     url = target
                     continue
                 content_type = (response.headers.get("Content-Type") or "").split(";")[0].strip().lower()
-                answer = _Answer(
-                    url=url, status=response.status_code, content_type=content_type, headers=response.headers
-                )
-                if response.status_code == 200 and (
+                answer = _Answer(url=url, status=response.status, content_type=content_type, headers=response.headers)
+                if response.status == 200 and (
                     not content_type or "html" in content_type or "xml" in content_type or content_type == "text/plain"
                 ):
                     answer.body = self._body(response, url)
+                    read = True
                 return answer
+            finally:
+                # A connection goes back to the pool once its answer is read; one whose unread body is
+                # large (a skipped file) is closed instead.
+                remaining = response.length_remaining
+                if read or (remaining is not None and remaining <= 64 * 1024):
+                    response.drain_conn()
+                else:
+                    response.close()
+                response.release_conn()
         raise _FetchFailed(f"{url}: more than {MAX_REDIRECTS} redirects.")
 
     @staticmethod
-    def _body(response: requests.Response, url: str) -> bytes:
+    def _body(response: urllib3.BaseHTTPResponse, url: str) -> bytes:
+        """The body of ``response`` (decompressed), at most ``MAX_BODY_BYTES``."""
         chunks, size = [], 0
         try:
-            for chunk in response.iter_content(64 * 1024):
+            for chunk in response.stream(64 * 1024):
                 size += len(chunk)
                 if size > MAX_BODY_BYTES:
                     raise _FetchFailed(f"{url}: larger than {MAX_BODY_BYTES // 2**20} MiB.")
                 chunks.append(chunk)
-        except requests.Timeout:
-            raise _FetchFailed(f"{url}: no answer within {TIMEOUT_S:.0f} s.") from None
-        except requests.RequestException as exc:
+        except urllib3.exceptions.TimeoutError:
+            raise _FetchFailed(f"{url}: no answer within {TIMEOUT_S:g} s.") from None
+        except urllib3.exceptions.HTTPError as exc:
             raise _FetchFailed(f"{url}: the answer broke off ({type(exc).__name__}).") from None
         return b"".join(chunks)
 
@@ -581,7 +598,7 @@ class WebConnector:
             if page.index and self._selected(answer.url):
                 keys.add(answer.url)
                 yield self._page_item(answer, known)
-        if queue:  # stopped at the limit: pages not reached may still be there
+        if queue:  # the limit was reached: pages not reached may still be there
             for key, fingerprint in known.items():
                 if key not in keys and scope.contains(key) and self._selected(key) and self._allowed(key):
                     yield Item(key, fingerprint, unchanged=True)

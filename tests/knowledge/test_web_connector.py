@@ -141,6 +141,55 @@ def test_a_start_page_that_answers_503_fails_the_run_and_changes_nothing(tenant,
     assert len(current_uris(tenant)) == 3
 
 
+def test_a_page_that_answers_too_late_fails_alone(tenant, docs_site, monkeypatch):
+    monkeypatch.setattr(web, "TIMEOUT_S", 0.3)
+    source = web_source(tenant, docs_site.url("/docs/sitemap.xml"))
+    docs_site.delays["/docs/team.html"] = 1.0
+
+    run = source_sync(source=source)
+
+    team_url = docs_site.url("/docs/team.html")
+    assert (run.status, run.new, run.failed) == ("done", 2, 1)
+    assert run.errors == [{"document": team_url, "error": f"{team_url}: no answer within 0.3 s."}]
+
+
+def test_a_sitemap_index_is_followed_one_level(tenant, docs_site):
+    docs_site.pages["/docs/sitemap-a.xml"] = sitemap_xml([docs_site.url("/docs/guide.html")])
+    docs_site.pages["/docs/sitemap-b.xml"] = sitemap_xml([docs_site.url("/docs/faq.html")])
+    entries = "".join(
+        f"<sitemap><loc>{docs_site.url(p)}</loc></sitemap>" for p in ("/docs/sitemap-a.xml", "/docs/sitemap-b.xml")
+    )
+    docs_site.pages["/docs/index.xml"] = (
+        "text/xml",
+        f'<sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{entries}</sitemapindex>',
+    )
+    source = web_source(tenant, docs_site.url("/docs/index.xml"))
+
+    run = source_sync(source=source)
+
+    assert run.new == 2
+    assert current_uris(tenant) == [docs_site.url("/docs/faq.html"), docs_site.url("/docs/guide.html")]
+
+
+def test_a_sitemap_of_an_index_that_cannot_be_fetched_fails_the_run(tenant, docs_site):
+    entries = f"<sitemap><loc>{docs_site.url('/docs/missing.xml')}</loc></sitemap>"
+    docs_site.pages["/docs/index.xml"] = ("application/xml", f"<sitemapindex>{entries}</sitemapindex>")
+    source = web_source(tenant, docs_site.url("/docs/index.xml"))
+
+    run = source_sync(source=source)
+
+    assert run.status == "failed" and "missing.xml could not be fetched: the server answered 404" in run.error
+
+
+def test_an_xml_location_that_is_not_a_sitemap_fails_the_run(tenant, docs_site):
+    docs_site.pages["/docs/feed.xml"] = ("application/rss+xml", "<rss><channel><title>News</title></channel></rss>")
+    source = web_source(tenant, docs_site.url("/docs/feed.xml"))
+
+    run = source_sync(source=source)
+
+    assert run.status == "failed" and "is not a sitemap" in run.error
+
+
 def crawl_site():
     """/docs/index.html links to two pages, a page under /other/, another host, a PDF and a private page."""
     return {
@@ -198,7 +247,7 @@ def test_robots_txt_forbidding_the_start_page_fails_the_run(tenant):
         assert site.fetched("/docs/index.html") == 0
 
 
-def test_a_crawl_stops_at_the_page_limit(tenant):
+def test_a_crawl_reads_no_more_pages_than_the_page_limit(tenant):
     with site_serve(site_pages_generate(7)) as site:
         source = web_source(tenant, site.url("/docs/page-0.html"), page_limit=3)
 
@@ -323,14 +372,10 @@ def test_requests_are_spaced_by_the_longer_of_the_source_delay_and_robots_crawl_
     assert waits == [expected] * 5
 
 
-def test_the_user_agent_names_the_bot(tenant):
-    seen = []
-    with site_serve({"/docs/index.html": FAQ}) as site:
-        source = web_source(tenant, site.url("/docs/index.html"))
-        connector = WebConnector(source)
-        connector.http.hooks["response"].append(lambda r, *a, **k: seen.append(r.request.headers["User-Agent"]))
-        list(connector.items({}))
-    assert seen and set(seen) == {USER_AGENT}
+def test_every_request_names_the_bot_in_its_user_agent(tenant, docs_site):
+    source_sync(source=web_source(tenant, docs_site.url("/docs/sitemap.xml")))
+
+    assert docs_site.user_agents == {USER_AGENT}
 
 
 @pytest.mark.parametrize(

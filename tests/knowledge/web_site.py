@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,15 +21,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class Site:
-    """The site being served: its ``pages``, ``status`` overrides and ``redirects``, the ``hits``
-    per path, and ``answers``: (path, status) of every request in order."""
+    """The site being served: its ``pages``, ``status`` overrides, ``redirects`` and ``delays``, the ``hits``
+    per path, ``answers``: (path, status) of every request in order, and the ``user_agents`` seen."""
 
     def __init__(self, pages: dict, *, etags: bool = True):
         self.pages = dict(pages)
         self.status: dict[str, int] = {}  # path -> status to answer instead of the page
         self.redirects: dict[str, str] = {}  # path -> where a 301 sends it
+        self.delays: dict[str, float] = {}  # path -> seconds to wait before answering
         self.etags = etags
         self.hits: Counter[str] = Counter()
+        self.user_agents: set[str] = set()
         self.answers: list[tuple[str, int]] = []
         self.server: ThreadingHTTPServer | None = None
         self.lock = threading.Lock()
@@ -73,6 +76,9 @@ def _handler(site: Site):
         def do_GET(self):
             with site.lock:
                 site.hits[self.path] += 1
+                site.user_agents.add(self.headers.get("User-Agent", ""))
+            if self.path in site.delays:
+                time.sleep(site.delays[self.path])
             if self.path in site.redirects:
                 self._answer(301, b"", {"Location": site.redirects[self.path]})
                 return
