@@ -1,8 +1,10 @@
 """The demo's setup: a ``demo`` tenant with two users over the Django 5.2 documentation.
 
-Every step is skipped when already done, so a second run reuses the tenant, the download and the
-documents (re-ingesting unchanged files creates nothing). The demo sits above ``knowledge``: it
-uses its services and nothing here imports ``retrieval``.
+The docs are five ``folder`` sources over the downloaded ``docs/`` folder, each selecting its
+sub-folders with include globs. Every step is skipped when already done, so a second run reuses
+the tenant and the download, and each source's sync finds nothing new (untouched files are not
+even read). The demo sits above ``knowledge``: it uses its services and nothing here imports
+``retrieval``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from django.contrib.auth.models import Permission
 from core.errors import ApplicationError
 from core.models import Tenant
 from core.services import membership_create, tenant_create
-from knowledge.services import IngestReport, paths_ingest, source_get_or_create
+from knowledge.models import Source, SyncRun
+from knowledge.services.sources import source_create, source_update
+from knowledge.services.sync import source_sync
 
 DJANGO_VERSION = "5.2.19"
 DOCS_URL = "https://docs.djangoproject.com/en/5.2/"
@@ -30,6 +34,18 @@ EXAMPLE_QUESTION = "How do I write a custom model field?"
 @dataclass(frozen=True)
 class DemoSource:
     """A source of the demo tenant: folders under Django's ``docs/`` and a recency half-life."""
+
+    def settings(self, docs: Path) -> dict:
+        """The ``folder`` source's fields over ``docs`` (reST .txt files linked to the online docs)."""
+        return {
+            "kind": Source.Kind.FOLDER,
+            "location": str(docs.resolve()),
+            "include": [f"{folder}/*" for folder in self.folders],
+            "exclude": ["*_images/*"],
+            "text_format": "rst",
+            "uri_prefix": DOCS_URL,
+            "half_life_days": self.half_life_days,
+        }
 
     name: str
     folders: tuple[str, ...]
@@ -54,11 +70,11 @@ class DownloadFailed(ApplicationError):
 
 @dataclass
 class DemoSetup:
-    """What ``demo_setup`` left in place: the tenant, the docs folder and one report per source."""
+    """What ``demo_setup`` left in place: the tenant, the docs folder and one sync run per source."""
 
     tenant: Tenant
     docs: Path
-    reports: dict[str, IngestReport]
+    runs: dict[str, SyncRun]
 
 
 def demo_tenant_setup(*, slug: str = TENANT_SLUG) -> Tenant:
@@ -113,33 +129,33 @@ def django_docs_download(
     return docs
 
 
-def demo_sources_ingest(
+def demo_sources_sync(
     *,
     tenant: Tenant,
     docs: Path,
     progress: bool = False,
-    on_source: Callable[[str, IngestReport], None] | None = None,
-) -> dict[str, IngestReport]:
-    """Ingest the Django docs under ``docs`` as the demo's sources (reST, linked to the online docs).
+    on_source: Callable[[str, SyncRun], None] | None = None,
+) -> dict[str, SyncRun]:
+    """Create (or bring up to date) the demo's five folder sources over ``docs`` and sync each.
 
-    ``on_source(name, report)`` is called after each source, in order. Returns the reports by source.
+    A source from an older demo (filled by ``manage.py ingest``) becomes a folder source in
+    place, keeping its documents. ``on_source(name, run)`` is called after each sync, in order.
+    Returns the runs by source name; ``ApplicationError`` when a sync failed.
     """
-    reports: dict[str, IngestReport] = {}
+    runs: dict[str, SyncRun] = {}
     for spec in SOURCES:
-        source = source_get_or_create(tenant=tenant, name=spec.name, half_life_days=spec.half_life_days)
-        reports[spec.name] = paths_ingest(
-            tenant=tenant,
-            source=source,
-            paths=[docs / folder for folder in spec.folders],
-            root=docs,
-            fmt="rst",
-            uri_prefix=DOCS_URL,
-            exclude=["*_images/*"],
-            progress=progress,
-        )
+        source = Source.objects.for_tenant(tenant).filter(name=spec.name).first()
+        if source is None:
+            source = source_create(tenant=tenant, name=spec.name, **spec.settings(docs))
+        elif any(getattr(source, k) != v for k, v in spec.settings(docs).items()):
+            source = source_update(source=source, **spec.settings(docs))
+        run = source_sync(source=source, progress=progress)
+        if run.status != SyncRun.Status.DONE:
+            raise ApplicationError(f"The demo source {spec.name!r} could not be synced: {run.error}")
+        runs[spec.name] = run
         if on_source:
-            on_source(spec.name, reports[spec.name])
-    return reports
+            on_source(spec.name, run)
+    return runs
 
 
 def demo_setup(
@@ -147,10 +163,10 @@ def demo_setup(
     downloads: Path,
     progress: bool = False,
     log: Callable[[str], None] | None = None,
-    on_source: Callable[[str, IngestReport], None] | None = None,
+    on_source: Callable[[str, SyncRun], None] | None = None,
 ) -> DemoSetup:
-    """Tenant and users, Django's docs (downloaded into ``downloads`` once), its five sources ingested."""
+    """Tenant and users, Django's docs (downloaded into ``downloads`` once), its five sources synced."""
     tenant = demo_tenant_setup()
     docs = django_docs_download(downloads=downloads, log=log)
-    reports = demo_sources_ingest(tenant=tenant, docs=docs, progress=progress, on_source=on_source)
-    return DemoSetup(tenant=tenant, docs=docs, reports=reports)
+    runs = demo_sources_sync(tenant=tenant, docs=docs, progress=progress, on_source=on_source)
+    return DemoSetup(tenant=tenant, docs=docs, runs=runs)

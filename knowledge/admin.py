@@ -5,13 +5,14 @@ Tenant isolation (superusers see every tenant, tenant admins their own) lives in
 
 Like any staff user, a tenant admin sees only the models they hold Django permissions for:
 grant the ``knowledge`` app's model permissions (view/change/delete on Document, Source; view on
-DocumentVersion, Chunk, IngestionJob) and the ``core`` app's (view/change on Membership, Tenant)
+DocumentVersion, Chunk, IngestionJob, SyncRun) and the ``core`` app's (view/change on Membership, Tenant)
 to the tenant admins' users or group. The demo setup grants them. Tenants and memberships are
 administered in ``core.admin``.
 
 Documents, versions and chunks are written by ingestion, so the admin never adds them: versions
 are read-only except their publication date, chunks are read-only (embeddings never appear in a
-form), and deleting documents goes through ``knowledge.services.document_delete``.
+form), and deleting documents goes through ``knowledge.services.document_delete``. Sources and
+their sync runs are in ``knowledge.admin_sources``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from django.utils.html import format_html, format_html_join
 from core.admin import ReadOnlyAdminMixin, TenantScopedAdmin, TenantScopedForm
 from core.errors import ApplicationError
 from core.models import Membership
+from knowledge import admin_sources  # noqa: F401  (registers the source and sync run admins)
 from knowledge.access import access_rule_check
 from knowledge.models import (
     AccessGroup,
@@ -34,42 +36,30 @@ from knowledge.models import (
     Document,
     DocumentVersion,
     IngestionJob,
-    Source,
 )
 from knowledge.services.deletion import document_delete
-from knowledge.services.versions import versions_prune
 
 # --- Sources and documents ---------------------------------------------------------------------
 
+# Sources, their form by kind, "Sync now" and sync runs: knowledge.admin_sources, which registers
+# them when this module imports it (top).
 
-@admin.register(Source)
-class SourceAdmin(TenantScopedAdmin):
-    list_display = [
-        "name",
-        "tenant",
-        "kind",
-        "reliability",
-        "half_life_days",
-        "versions_kept",
-        "document_count",
-        "created_at",
-    ]
-    list_filter = ["tenant", "kind"]
-    list_select_related = ["tenant"]
-    search_fields = ["name", "tenant__slug"]
-    readonly_fields = ["created_at"]
 
-    def get_queryset(self, request):
-        return super().get_queryset(request).annotate(document_count=Count("documents"))
+class DeletedAtSourceFilter(admin.SimpleListFilter):
+    """Documents a sync found gone from their source (``deleted_at`` set), or the live ones."""
 
-    def save_model(self, request, obj, form, change):
-        super().save_model(request, obj, form, change)
-        if change and "versions_kept" in form.changed_data:  # apply the new retention now
-            versions_prune(source=obj)
+    title = "at its source"
+    parameter_name = "at_source"
 
-    @admin.display(description="documents", ordering="document_count")
-    def document_count(self, obj):
-        return obj.document_count
+    def lookups(self, request, model_admin):
+        return [("live", "Live"), ("deleted", "Deleted at its source")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "live":
+            return queryset.filter(deleted_at__isnull=True)
+        if self.value() == "deleted":
+            return queryset.filter(deleted_at__isnull=False)
+        return queryset
 
 
 class VersionInline(admin.TabularInline):
@@ -100,13 +90,25 @@ class VersionInline(admin.TabularInline):
 
 @admin.register(Document)
 class DocumentAdmin(TenantScopedAdmin):
-    list_display = ["title", "external_id", "source", "tenant", "version_count", "updated_at"]
-    list_filter = ["tenant", ("source", admin.RelatedOnlyFieldListFilter)]
+    list_display = ["title", "external_id", "source", "tenant", "version_count", "updated_at", "deleted_at"]
+    list_filter = ["tenant", ("source", admin.RelatedOnlyFieldListFilter), DeletedAtSourceFilter]
     list_select_related = ["source", "tenant"]
     search_fields = ["title", "external_id", "uri"]
     date_hierarchy = "updated_at"
-    fields = ["tenant", "source", "external_id", "title", "uri", "metadata", "portal_link", "created_at", "updated_at"]
-    readonly_fields = ["tenant", "external_id", "portal_link", "created_at", "updated_at"]
+    fields = [
+        "tenant",
+        "source",
+        "external_id",
+        "title",
+        "uri",
+        "metadata",
+        "portal_link",
+        "sync_key",
+        "deleted_at",
+        "created_at",
+        "updated_at",
+    ]
+    readonly_fields = ["tenant", "external_id", "portal_link", "sync_key", "deleted_at", "created_at", "updated_at"]
     inlines = [VersionInline]
 
     def get_queryset(self, request):

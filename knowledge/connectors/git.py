@@ -1,16 +1,348 @@
-"""The git connector (being written)."""
+"""The git connector: every supported file of a branch of a git repository, read with dulwich.
+
+``source.location`` is a repository on the workers' disk (a working copy or a bare repository,
+read in place) or a URL (http(s), git, ssh, file, or ``user@host:path``). A URL is fetched into
+a bare repository kept at ``KB_DATA_DIR/git/<tenant id>/<source id>`` (created and fetched in
+full the first time, then only new commits are fetched). Either way, files are read from the
+commit at the tip of ``source.branch`` (empty: the repository's default branch, its ``HEAD``),
+never from a working tree, so uncommitted edits do not count.
+
+* Selected files: regular files with a supported extension that match the source's include and
+  exclude globs; hidden files and folders, symbolic links and submodules are skipped.
+* A file's key is its path in the repository and its fingerprint its blob id, so a file whose
+  content did not change since the last sync is neither read nor embedded.
+* Document ids are ``<repository name>/<path without suffix>`` (the repository name is the last
+  part of the location, without ``.git``), so two repositories' READMEs do not clash; JSONL
+  files name their own documents. A document's URI is ``uri_prefix`` + the path (with its
+  suffix), or the path itself without a prefix.
+* ``published_at`` is the committer date (UTC) of the last commit that gave the file its
+  current content. Only the files read in this sync are dated, in one walk of the history from
+  the tip that ends as soon as they all are, so a sync with few changes stays cheap.
+* A renamed file is a deleted document at the old path and a new one at the new path.
+"""
 
 from __future__ import annotations
 
+import re
+import shutil
+import stat
 from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
+from urllib.parse import urlsplit, urlunsplit
 
-from knowledge.connectors.base import Item
+from django.conf import settings
+from dulwich.client import get_transport_and_path
+from dulwich.config import ConfigDict, StackedConfig
+from dulwich.diff_tree import tree_changes
+from dulwich.errors import NotGitRepository
+from dulwich.objects import Commit, Tree
+from dulwich.repo import Repo
+
+from core.errors import ApplicationError
+from knowledge.connectors.base import Item, SourceUnreachable, path_selected
+from knowledge.ingestion.readers import SUPPORTED_EXTENSIONS, read_bytes
 from knowledge.models import Source
+
+# Seconds an HTTP(S) fetch may wait for the server before the sync gives up on it.
+HTTP_TIMEOUT_S = 60
+
+_SCP_LIKE = re.compile(r"^[\w.-]+@[\w.-]+:")
+_LFS_POINTER = b"version https://git-lfs.github.com/spec/"
+
+
+def location_is_url(location: str) -> bool:
+    """Whether a git ``location`` is fetched (a URL or ``user@host:path``) rather than read in place."""
+    return "://" in location or bool(_SCP_LIKE.match(location))
+
+
+def repository_name(location: str) -> str:
+    """The last part of a repository's location without ``.git``: ``https://host/org/docs.git`` -> ``docs``.
+
+    ``repository`` when the location has no usable last part.
+    """
+    location = location.strip().rstrip("/\\")
+    if location.endswith(("/.git", "\\.git")):  # a working copy's .git folder
+        location = location[:-5]
+    name = re.split(r"[/\\:]", location)[-1]
+    name = name.removesuffix(".git")
+    return name or "repository"
+
+
+def cache_folder(source: Source) -> Path:
+    """Where a URL source's repository is fetched to: ``KB_DATA_DIR/git/<tenant id>/<source id>``."""
+    return Path(settings.KB_DATA_DIR) / "git" / str(source.tenant_id) / str(source.pk)
+
+
+def _shown(location: str) -> str:
+    """``location`` without a password or token (for messages)."""
+    if "://" not in location:
+        return location
+    parts = urlsplit(location)
+    if parts.username is None and parts.password is None:
+        return location
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit(parts._replace(netloc=host))
+
+
+def _transport_config() -> StackedConfig:
+    """The workers' git configuration, with an HTTP timeout (``HTTP_TIMEOUT_S``) unless it sets one."""
+    config = StackedConfig.default()
+    fallback = ConfigDict()
+    fallback.set((b"http",), b"timeout", str(HTTP_TIMEOUT_S).encode())
+    config.backends.append(fallback)  # the last backend is read last: the workers' own setting wins
+    return config
+
+
+def _reason(exc: BaseException) -> str:
+    """An exception as a short text, without credentials from any URL it quotes."""
+    text = re.sub(r"//[^/@\s]+@", "//", str(exc).strip())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def commit_dates(repo: Repo, tip: bytes, wanted: Mapping[bytes, bytes]) -> dict[bytes, datetime]:
+    """When each path of ``wanted`` (path -> its blob id at ``tip``) got that content.
+
+    Returns path -> the committer date (UTC) of the newest commit, walking back from ``tip``,
+    whose tree has the path with that blob while none of its parents' trees does (so a file
+    merged from another branch keeps the date of its commit there). The walk compares each
+    commit's tree with its parents' (identical subtrees are skipped) and ends once every path is
+    dated. A shallow history's oldest commits count as having no parents; a path the walk cannot
+    date (a damaged history) is missing from the result.
+    """
+    pending = dict(wanted)
+    dates: dict[bytes, datetime] = {}
+    if not pending:
+        return dates
+    store = repo.object_store
+    try:
+        for entry in repo.get_walker(include=[tip]):
+            commit: Commit = entry.commit
+            parents = repo.get_parents(commit.id, commit)  # none at a shallow history's edge
+            parent_trees: list[bytes | None] = [store[parent].tree for parent in parents] or [None]
+            introduced: set[bytes] | None = None
+            for parent_tree in parent_trees:
+                changed = {
+                    change.new.path
+                    for change in tree_changes(store, parent_tree, commit.tree)
+                    if change.new is not None
+                    and change.new.path in pending
+                    and change.new.sha == pending[change.new.path]
+                }
+                introduced = changed if introduced is None else introduced & changed
+                if not introduced:
+                    break
+            for path in introduced or ():
+                dates[path] = datetime.fromtimestamp(commit.commit_time, tz=UTC)
+                del pending[path]
+            if not pending:
+                break
+    except KeyError:  # a missing commit or tree: what is dated so far stands
+        pass
+    return dates
 
 
 class GitConnector:
+    """Reads a branch of the repository at ``source.location`` (see the module docstring)."""
+
     def __init__(self, source: Source):
         self.source = source
+        self.location = source.location.strip()
+        self.branch = source.branch.strip()
+        self.name = repository_name(self.location)
+
+    # -- the repository and its tip ---------------------------------------------------------
+
+    def _open(self) -> tuple[Repo, bytes]:
+        """The repository (open: the caller closes it) and the commit id to read.
+
+        ``SourceUnreachable`` when the repository is missing, cannot be fetched or lacks the branch.
+        """
+        if location_is_url(self.location):
+            return self._fetched()
+        path = Path(self.location).expanduser()
+        if not path.exists():
+            raise SourceUnreachable(f"{self.location}: no such repository (or the workers cannot read it).")
+        try:
+            repo = Repo(str(path))
+        except NotGitRepository:
+            raise SourceUnreachable(f"{self.location}: not a git repository.") from None
+        except OSError as exc:
+            raise SourceUnreachable(f"{self.location}: the repository cannot be read ({_reason(exc)}).") from None
+        try:
+            return repo, self._tip(repo)
+        except BaseException:
+            repo.close()
+            raise
+
+    def _tip(self, repo: Repo) -> bytes:
+        """The commit at the tip of the source's branch (or ``HEAD``) in ``repo``.
+
+        The branch is a local one, else the one the working copy tracks from ``origin``.
+        """
+        if self.branch:
+            candidates = (b"refs/heads/", b"refs/remotes/origin/")  # a working copy may only track it
+            ref = next((p + self.branch.encode() for p in candidates if p + self.branch.encode() in repo.refs), b"")
+            if not ref:
+                raise SourceUnreachable(
+                    f"{self.location}: no branch {self.branch!r} (branches: {self._branches(repo.refs.keys())})."
+                )
+        else:
+            ref = b"HEAD"
+        try:
+            tip = repo.refs[ref]
+        except KeyError:
+            raise SourceUnreachable(f"{self.location}: the repository has no commits yet.") from None
+        if not isinstance(repo.get_object(tip), Commit):
+            raise SourceUnreachable(f"{self.location}: {ref.decode()} is not a commit.")
+        return tip
+
+    @staticmethod
+    def _branches(refs) -> str:
+        heads = sorted(
+            r.removeprefix(b"refs/heads/").decode(errors="replace") for r in refs if r.startswith(b"refs/heads/")
+        )
+        return ", ".join(heads) or "none"
+
+    def _cache(self) -> Repo:
+        """The bare repository URL sources are fetched into, created when missing (or unusable)."""
+        folder = cache_folder(self.source)
+        if folder.exists():
+            try:
+                return Repo(str(folder))
+            except (NotGitRepository, OSError):
+                shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True, exist_ok=True)
+        return Repo.init_bare(str(folder))
+
+    def _fetched(self) -> tuple[Repo, bytes]:
+        """Fetch the branch (or the remote ``HEAD``) into the cache; (cache repository, tip)."""
+        shown = _shown(self.location)
+        try:
+            client, path = get_transport_and_path(self.location, config=_transport_config())
+        except ValueError as exc:
+            raise SourceUnreachable(f"{shown}: not a repository URL ({exc}).") from None
+        try:
+            repo = self._cache()
+        except OSError as exc:
+            raise SourceUnreachable(f"{shown}: the cache folder cannot be written ({_reason(exc)}).") from None
+        found: dict[str, object] = {}
+
+        def determine_wants(refs: Mapping[bytes, bytes], depth: int | None = None) -> list[bytes]:
+            found["refs"] = dict(refs)
+            ref = self._remote_ref(refs)
+            tip = refs.get(ref) if ref else None
+            if tip is None:
+                return []
+            found["ref"], found["tip"] = ref, tip
+            return [] if tip in repo.object_store else [tip]
+
+        try:
+            try:
+                result = client.fetch(path, repo, determine_wants=determine_wants)
+            except Exception as exc:  # network, protocol, authentication: anything the transport raises
+                raise SourceUnreachable(f"{shown}: the repository could not be fetched ({_reason(exc)}).") from None
+            if "tip" not in found:
+                refs = found.get("refs") or result.refs or {}
+                if self.branch:
+                    raise SourceUnreachable(f"{shown}: no branch {self.branch!r} (branches: {self._branches(refs)}).")
+                raise SourceUnreachable(f"{shown}: the repository has no commits yet.")
+            tip, ref = found["tip"], found["ref"]
+            # Keep the tip under its ref, like a bare clone: the next fetch tells the server it has it.
+            if ref == b"HEAD" and (default := (result.symrefs or {}).get(b"HEAD")):
+                repo.refs[default] = tip
+                repo.refs.set_symbolic_ref(b"HEAD", default)
+            else:
+                repo.refs[ref] = tip
+            if not isinstance(repo.get_object(tip), Commit):
+                raise SourceUnreachable(f"{shown}: {ref.decode()} is not a commit.")
+            return repo, tip
+        except BaseException:
+            repo.close()
+            raise
+
+    def _remote_ref(self, refs: Mapping[bytes, bytes]) -> bytes | None:
+        """Which advertised ref to read: the branch's, else ``HEAD`` (else main, master or the only branch)."""
+        if self.branch:
+            return b"refs/heads/" + self.branch.encode()
+        if b"HEAD" in refs:
+            return b"HEAD"
+        heads = [r for r in refs if r.startswith(b"refs/heads/")]
+        for name in (b"refs/heads/main", b"refs/heads/master"):
+            if name in refs:
+                return name
+        return heads[0] if len(heads) == 1 else None
+
+    # -- files ------------------------------------------------------------------------------
+
+    def _files(self, repo: Repo, tree_id: bytes, prefix: bytes = b"") -> Iterator[tuple[str, bytes, bytes]]:
+        """(path, path as stored, blob id) of every selected, supported, not hidden regular file under
+        ``tree_id``. ``KeyError`` when a tree is missing (a damaged repository)."""
+        tree = repo.object_store[tree_id]
+        if not isinstance(tree, Tree):
+            raise KeyError(tree_id)
+        for entry in tree.iteritems():
+            if entry.path.startswith(b"."):
+                continue
+            raw = prefix + entry.path
+            if stat.S_ISDIR(entry.mode):
+                yield from self._files(repo, entry.sha, raw + b"/")
+                continue
+            if not stat.S_ISREG(entry.mode):  # symbolic links, submodules
+                continue
+            path = raw.decode("utf-8", errors="replace")
+            if PurePosixPath(path).suffix.lower() in SUPPORTED_EXTENSIONS and path_selected(
+                path, self.source.include, self.source.exclude
+            ):
+                yield path, raw, entry.sha
+
+    def _read(self, repo: Repo, path: str, blob_id: bytes, published_at: datetime | None) -> Item:
+        fingerprint = blob_id.decode("ascii")
+        try:
+            data = repo.object_store[blob_id].as_raw_string()
+        except KeyError:
+            return Item(path, fingerprint, error=f"{path}: the file's content is missing from the repository.")
+        if data.startswith(_LFS_POINTER):
+            return Item(path, fingerprint, error=f"{path}: the file is stored in Git LFS, which is not read.")
+        suffix = PurePosixPath(path).suffix
+        try:
+            documents = read_bytes(
+                data,
+                name=path,
+                external_id=f"{self.name}/{path.removesuffix(suffix)}",
+                uri=f"{self.source.uri_prefix}{path}" if self.source.uri_prefix else path,
+                fmt=self.source.text_format or None,
+            )
+        except ApplicationError as exc:
+            return Item(path, fingerprint, error=exc.message)
+        for document in documents:
+            if document.published_at is None:  # JSONL rows may carry their own dates
+                document.published_at = published_at
+        return Item(path, fingerprint, documents=documents)
 
     def items(self, known: Mapping[str, str]) -> Iterator[Item]:
-        raise NotImplementedError
+        """Yield an ``Item`` per selected file at the branch tip (see ``knowledge.connectors.base``).
+
+        ``SourceUnreachable`` when the repository is missing or is not one, the branch does not
+        exist, or the fetch fails; nothing is yielded then.
+        """
+        repo, tip = self._open()
+        try:
+            try:
+                commit = repo[tip]
+                files = sorted(self._files(repo, commit.tree))
+                changed = {raw: blob for path, raw, blob in files if known.get(path) != blob.decode("ascii")}
+                dates = commit_dates(repo, tip, changed)
+            except KeyError as exc:
+                raise SourceUnreachable(
+                    f"{_shown(self.location)}: the repository is damaged ({_reason(exc)})."
+                ) from None
+            for path, raw, blob in files:
+                if known.get(path) == blob.decode("ascii"):
+                    yield Item(path, blob.decode("ascii"), unchanged=True)
+                else:
+                    yield self._read(repo, path, blob, dates.get(raw))
+        finally:
+            repo.close()

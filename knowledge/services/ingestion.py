@@ -182,6 +182,8 @@ def documents_ingest(
         key=lambda p: (0 if p.status == "duplicate" and p.hash in by_hash else order[p.status], p.read.external_id),
     )
     with transaction.atomic():
+        if source.pk is None:  # a new source is stored with its first documents, or not at all
+            source.save()
         for item in ordered:
             outcome = _store_or_explain(
                 tenant=tenant,

@@ -71,8 +71,13 @@ def _globs(value, field: str) -> list[str]:
     return [v.strip() for v in value]
 
 
-def _check(source: Source) -> None:
-    """Check ``source``'s fields (module docstring); ``InvalidInput`` naming the first bad one."""
+def source_check(source: Source) -> None:
+    """Check ``source``'s fields (module docstring); ``InvalidInput`` naming the first bad one.
+
+    Normalizes in place what it accepts: ``location`` stripped, globs as lists of stripped
+    strings, ``sync_every`` as a ``timedelta`` or ``None``. Saves nothing; ``source_create``,
+    ``source_update`` and the admin's source form call it, so every way in agrees.
+    """
     if not source.name.strip():
         raise InvalidInput("A source needs a name.")
     if len(source.name) > 200:
@@ -123,6 +128,9 @@ def _check(source: Source) -> None:
         raise InvalidInput("versions_kept is 0 or more (empty keeps all).")
 
 
+_check = source_check  # its name before it was public
+
+
 def source_create(*, tenant: Tenant, name: str, kind: str = Source.Kind.FOLDER, **fields) -> Source:
     """Create the tenant's source ``name`` of ``kind`` with ``fields`` (any of ``SOURCE_FIELDS``).
 
@@ -133,7 +141,7 @@ def source_create(*, tenant: Tenant, name: str, kind: str = Source.Kind.FOLDER, 
     if unknown:
         raise InvalidInput(f"Unknown source field(s): {', '.join(sorted(unknown))}.")
     source = Source(tenant=tenant, name=(name or "").strip(), kind=kind, **fields)
-    _check(source)
+    source_check(source)
     try:
         with transaction.atomic():
             source.save()
@@ -153,7 +161,7 @@ def source_update(*, source: Source, **fields) -> Source:
     changed = Source.objects.get(pk=source.pk)
     for key, value in fields.items():
         setattr(changed, key, value)
-    _check(changed)
+    source_check(changed)
     try:
         with transaction.atomic():
             changed.save()

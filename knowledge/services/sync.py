@@ -26,6 +26,7 @@ from functools import partial
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
+from tqdm import tqdm
 
 from core.errors import ApplicationError, InvalidInput, NotFound
 from core.models import Tenant
@@ -88,9 +89,12 @@ def _run_enqueue(run_id: int) -> None:
         )
 
 
-def source_sync(*, source: Source, trigger: str = SyncRun.Trigger.MANUAL, worker_id: str | None = None) -> SyncRun:
+def source_sync(
+    *, source: Source, trigger: str = SyncRun.Trigger.MANUAL, worker_id: str | None = None, progress: bool = False
+) -> SyncRun:
     """Sync ``source`` in this process and return the finished run (``manage.py source sync``).
 
+    ``progress`` shows a progress bar over the files read.
     ``InvalidInput`` (code ``sync_running``) when another run of the source is going on.
     """
     connector_for(source)
@@ -101,10 +105,10 @@ def source_sync(*, source: Source, trigger: str = SyncRun.Trigger.MANUAL, worker
         raise InvalidInput(
             f"A sync of {source.name!r} is already going on; wait for it to finish.", code="sync_running"
         ) from None
-    return sync_run_execute(run_id=run.pk, worker_id=worker_id)
+    return sync_run_execute(run_id=run.pk, worker_id=worker_id, progress=progress)
 
 
-def sync_run_execute(*, run_id: int, worker_id: str | None = None) -> SyncRun | None:
+def sync_run_execute(*, run_id: int, worker_id: str | None = None, progress: bool = False) -> SyncRun | None:
     """Run ``SyncRun`` ``run_id`` under a lease; returns the run as it ended (None if deleted).
 
     Claimed when pending or its lease ran out (its worker died); a finished run is returned as
@@ -122,7 +126,7 @@ def sync_run_execute(*, run_id: int, worker_id: str | None = None) -> SyncRun | 
         return run
     with LeaseHeartbeat(SyncRun, run_id, worker_id):
         try:
-            outcome = _sync(run, worker_id)
+            outcome = _sync(run, worker_id, progress=progress)
         except TRANSIENT_ERRORS:
             lease_held(SyncRun, run_id, worker_id).update(
                 status=SyncRun.Status.PENDING, worker_id="", lease_expires_at=None
@@ -148,7 +152,7 @@ def sync_run_execute(*, run_id: int, worker_id: str | None = None) -> SyncRun | 
     return run
 
 
-def _sync(run: SyncRun, worker_id: str) -> dict:
+def _sync(run: SyncRun, worker_id: str, *, progress: bool = False) -> dict:
     """The sync itself (module docstring); returns the run's final fields."""
     source, tenant = run.source, run.tenant
     started = time.perf_counter()
@@ -182,9 +186,11 @@ def _sync(run: SyncRun, worker_id: str) -> dict:
     to_read = _own_ids_only(tenant, source, to_read, counts, errors)
 
     stored_ids: set[str] = set()
+    bar = tqdm(total=len(to_read), unit="file", desc=source.name, disable=not progress or not to_read, mininterval=1.0)
     for position in range(0, len(to_read), BATCH_DOCUMENTS):
         batch = to_read[position : position + BATCH_DOCUMENTS]
         held.update(progress={"stage": "ingesting", "items": len(to_read), "done": position})
+        bar.update(len(batch))
         for group, report in _ingest_isolating(tenant, source, batch, counts, errors):
             _count(report, counts)
             for item in group:
@@ -194,6 +200,7 @@ def _sync(run: SyncRun, worker_id: str) -> dict:
                     sync_key=item.key, fingerprint=item.fingerprint[:300]
                 )
 
+    bar.close()
     held.update(progress={"stage": "deleting"})
     read_keys = {item.key for item in to_read}
     failed_keys = {e["document"] for e in errors}

@@ -30,15 +30,26 @@ def source_get_or_create(
     kind: str = Source.Kind.FILES,
     reliability: float | None = None,
     half_life_days: float | None = None,
+    save: bool = True,
 ) -> Source:
-    """The tenant's source called ``name``, created if missing; given attributes are updated."""
+    """The tenant's source called ``name``, created if missing; given attributes are updated.
+
+    ``save=False``: a missing source is returned unsaved, for an ingestion to save it in the
+    transaction that stores its documents (so a refused file leaves no empty source behind).
+    """
     if not name.strip():
         raise InvalidInput("A source needs a name.")
     if reliability is not None and not 0 <= reliability <= 1:
         raise InvalidInput("reliability must be in [0, 1].")
     if half_life_days is not None and half_life_days <= 0:
         raise InvalidInput("half_life_days must be positive.")
-    source, created = Source.objects.get_or_create(tenant=tenant, name=name, defaults={"kind": kind})
+    source = source_get_or_new(tenant=tenant, name=name, kind=kind)
+    if source.pk is None:
+        source.reliability = 1.0 if reliability is None else reliability
+        source.half_life_days = half_life_days
+        if save:
+            source.save()
+        return source
     updates = {
         k: v
         for k, v in {
@@ -52,3 +63,8 @@ def source_get_or_create(
             setattr(source, key, value)
         source.save(update_fields=list(updates))
     return source
+
+
+def source_get_or_new(*, tenant: Tenant, name: str, kind: str = Source.Kind.FILES) -> Source:
+    """The tenant's source called ``name``, or a new unsaved one of ``kind``."""
+    return Source.objects.filter(tenant=tenant, name=name).first() or Source(tenant=tenant, name=name, kind=kind)

@@ -156,6 +156,8 @@ def paths_enqueue(
         if len(str(file)) > 2000:
             raise InvalidInput(f"{file}: the path is longer than 2,000 characters.")
     with transaction.atomic():
+        if source.pk is None:
+            source.save()
         jobs = [
             IngestionJob.objects.create(
                 tenant=tenant,

@@ -9,7 +9,8 @@ def test_demo_setup_creates_the_tenant_its_two_users_and_five_sources(downloads,
     setup = demo_setup(downloads=downloads)
 
     assert setup.tenant.slug == "demo"
-    assert set(setup.reports) == {s.name for s in SOURCES}
+    assert set(setup.runs) == {s.name for s in SOURCES}
+    assert set(setup.tenant.sources.values_list("kind", flat=True)) == {"folder"}
     assert setup.tenant.sources.count() == 5
     assert Document.objects.for_tenant(setup.tenant).count() == 6
     roles = dict(Membership.objects.filter(tenant=setup.tenant).values_list("user__username", "role"))
@@ -21,15 +22,15 @@ def test_demo_setup_creates_the_tenant_its_two_users_and_five_sources(downloads,
     assert not member.is_staff and member.check_password("member-demo-pass")
 
 
-def test_a_second_demo_setup_reuses_the_tenant_and_creates_nothing(downloads, db):
+def test_a_second_demo_setup_is_a_sync_that_finds_nothing_new(downloads, db):
     first = demo_setup(downloads=downloads)
 
     second = demo_setup(downloads=downloads)
 
     assert second.tenant.pk == first.tenant.pk
     assert Tenant.objects.filter(slug="demo").count() == 1
-    assert sum(r.counts()["unchanged"] for r in second.reports.values()) == 6
-    assert sum(r.counts()["created"] + r.counts()["updated"] for r in second.reports.values()) == 0
+    assert sum(r.unchanged for r in second.runs.values()) == 6
+    assert sum(r.new + r.updated + r.deleted + r.failed for r in second.runs.values()) == 0
 
 
 def test_release_notes_are_a_source_with_a_one_year_half_life(downloads, db):

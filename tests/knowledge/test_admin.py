@@ -95,7 +95,7 @@ def test_a_tenant_admin_picks_sources_only_from_their_tenant(client, corpus, oth
 
 def test_a_source_added_by_a_tenant_admin_belongs_to_their_tenant(client, tenant, other_tenant_corpus, tenant_admin):
     add = reverse("admin:knowledge_source_add")
-    form = {"name": "wiki", "kind": "web", "reliability": "0.8", "half_life_days": ""}
+    form = {"name": "wiki", "kind": "web", "location": "https://wiki.example.com/", "reliability": "0.8"}
 
     rejected = client.post(add, {**form, "tenant": other_tenant_corpus.pk})
     assert rejected.status_code == 200

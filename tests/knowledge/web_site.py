@@ -1,169 +1,165 @@
 """A small web site on 127.0.0.1 for the web connector's tests and benchmarks.
 
-``site_serve(pages)`` serves ``pages`` (path -> HTML, or (content type, body)) from a thread;
-the test can change ``site.pages`` and ``site.status`` between syncs and read ``site.hits``.
-Pages get an ETag (a hash of their body) and answer 304 to a matching ``If-None-Match``, unless
-``etags=False``. ``site_pages_generate(n)`` makes an n-page site with a sitemap::
+``WebSite(pages)`` serves ``pages``, a dict of path (with its query, if any) -> ``Response``,
+``(status, body)`` or ``(status, body, headers)``, from a thread; tests change the dict between
+syncs. A path that is not in it answers 404. A request whose ``If-None-Match`` equals the page's
+``ETag`` (or whose ``If-Modified-Since`` equals its ``Last-Modified``) answers 304 without a body.
+``hits`` counts requests per path, ``log`` lists ``(path, status)`` in order.
 
-    with site_serve(site_pages_generate(200)) as site:
-        source_create(tenant=t, name="docs", kind="web", location=site.url("/docs/sitemap.xml"))
+``site_pages(n)`` makes ``n`` short, distinct HTML pages under ``/docs/`` with ETags, and a
+sitemap listing them::
+
+    with WebSite(site_pages(200)) as site:
+        source = source_create(tenant=t, name="site", kind="web", location=site.url("/docs/sitemap.xml"),
+                               crawl_delay_s=0)
 """
 
 from __future__ import annotations
 
 import hashlib
+import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import NamedTuple
 
 
-class Site:
-    """The site being served: its ``pages``, ``status`` overrides, ``redirects`` and ``delays``, the ``hits``
-    per path, ``answers``: (path, status) of every request in order, and the ``user_agents`` seen."""
+class Response(NamedTuple):
+    status: int
+    body: str | bytes = b""
+    headers: dict[str, str] = {}
+    delay_s: float = 0.0  # wait this long before answering (timeouts)
 
-    def __init__(self, pages: dict, *, etags: bool = True):
-        self.pages = dict(pages)
-        self.status: dict[str, int] = {}  # path -> status to answer instead of the page
-        self.redirects: dict[str, str] = {}  # path -> where a 301 sends it
-        self.delays: dict[str, float] = {}  # path -> seconds to wait before answering
-        self.etags = etags
+
+def _response(entry) -> Response:
+    return entry if isinstance(entry, Response) else Response(*entry)
+
+
+class WebSite:
+    """A web site serving ``pages`` (module docstring) on ``http://127.0.0.1:<port>``."""
+
+    def __init__(self, pages: dict | None = None):
+        self.pages: dict = dict(pages or {})
         self.hits: Counter[str] = Counter()
-        self.user_agents: set[str] = set()
-        self.answers: list[tuple[str, int]] = []
-        self.server: ThreadingHTTPServer | None = None
-        self.lock = threading.Lock()
+        self.log: list[tuple[str, int]] = []
+        self._lock = threading.Lock()
+        site = self
 
-    @property
-    def origin(self) -> str:
-        host, port = self.server.server_address[:2]
-        return f"http://{host}:{port}"
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
 
-    def url(self, path: str) -> str:
-        return self.origin + path
+            def do_GET(self):  # noqa: N802 (http.server's name)
+                site._answer(self)
 
-    def fetched(self, path: str) -> int:
-        """How many requests asked for ``path`` (its query included, when it has one)."""
-        return self.hits[path]
+            def log_message(self, format, *args):  # quiet
+                pass
 
-    def answered(self, status: int) -> int:
-        """How many requests got ``status``."""
-        return sum(1 for _, s in self.answers if s == status)
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self._thread: threading.Thread | None = None
+
+    def url(self, path: str = "/") -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def start(self) -> WebSite:
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Shut the server down: the port refuses connections from then on."""
+        if self._thread is not None:
+            self.server.shutdown()
+            self._thread.join()
+            self._thread = None
+        self.server.server_close()
+
+    def __enter__(self) -> WebSite:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def statuses(self, path: str) -> list[int]:
+        """The statuses ``path`` answered, in order."""
+        return [status for p, status in self.log if p == path]
 
     def reset_counts(self) -> None:
-        self.hits.clear()
-        self.answers.clear()
+        with self._lock:
+            self.hits.clear()
+            self.log.clear()
 
-
-def _handler(site: Site):
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format, *args):  # quiet
+    def _answer(self, handler: BaseHTTPRequestHandler) -> None:
+        path = handler.path
+        entry = self.pages.get(path)
+        response = _response(entry) if entry is not None else Response(404, "<h1>Not found</h1>")
+        if response.delay_s:
+            time.sleep(response.delay_s)
+        headers = {"Content-Type": "text/html; charset=utf-8", **response.headers}
+        status, body = response.status, response.body
+        if status == 200:
+            etag, modified = headers.get("ETag"), headers.get("Last-Modified")
+            if (etag and handler.headers.get("If-None-Match") == etag) or (
+                modified and handler.headers.get("If-Modified-Since") == modified
+            ):
+                status, body = 304, b""
+        data = body.encode() if isinstance(body, str) else body
+        with self._lock:
+            self.hits[path] += 1
+            self.log.append((path, status))
+        try:
+            handler.send_response(status)
+            for key, value in headers.items():
+                if status == 304 and key.lower() == "content-type":
+                    continue
+                handler.send_header(key, value)
+            handler.send_header("Content-Length", str(len(data)))
+            handler.end_headers()
+            handler.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up (a timeout)
             pass
 
-        def _answer(self, status: int, body: bytes = b"", headers: dict | None = None) -> None:
-            with site.lock:
-                site.answers.append((self.path, status))
-            self.send_response(status)
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
 
-        def do_GET(self):
-            with site.lock:
-                site.hits[self.path] += 1
-                site.user_agents.add(self.headers.get("User-Agent", ""))
-            if self.path in site.delays:
-                time.sleep(site.delays[self.path])
-            if self.path in site.redirects:
-                self._answer(301, b"", {"Location": site.redirects[self.path]})
-                return
-            if self.path in site.status:
-                self._answer(site.status[self.path], b"Sorry", {"Content-Type": "text/plain"})
-                return
-            page = site.pages.get(self.path)
-            if page is None:
-                self._answer(404, b"Not found", {"Content-Type": "text/plain"})
-                return
-            content_type, body = ("text/html; charset=utf-8", page) if isinstance(page, str) else page
-            body = body.encode() if isinstance(body, str) else body
-            headers = {"Content-Type": content_type}
-            if site.etags:
-                etag = f'"{hashlib.sha1(body).hexdigest()[:16]}"'
-                headers["ETag"] = etag
-                if self.headers.get("If-None-Match") == etag:
-                    self._answer(304, b"", {"ETag": etag})
-                    return
-            self._answer(200, body, headers)
-
-    return Handler
+_WORDS = (
+    "apple river mountain cable garden violin harbor pencil thunder meadow lantern copper saddle "
+    "orbit glacier falcon tunnel velvet marble compass jasmine ledger quarry ribbon summit tide "
+    "walnut ember canyon beacon cedar delta fable grove hammer island jungle kettle lagoon magnet "
+    "nectar oasis pepper quartz rocket spindle timber umbra valley willow yonder zephyr"
+).split()
 
 
-@contextmanager
-def site_serve(pages: dict, *, etags: bool = True) -> Iterator[Site]:
-    """Serve ``pages`` on 127.0.0.1 (a free port) while the block runs; yields the ``Site``."""
-    site = Site(pages, etags=etags)
-    site.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(site))
-    site.server.daemon_threads = True
-    thread = threading.Thread(target=site.server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield site
-    finally:
-        site.server.shutdown()
-        site.server.server_close()
-        thread.join(5)
-
-
-def page_html(title: str, text: str, links: list[str] = (), *, head: str = "") -> str:
-    """A small HTML page: ``<title>``, an ``<h1>``, a paragraph and a list of links."""
+def html_page(title: str, text: str, links: list[str] = ()) -> str:
+    """A small HTML page: ``title`` as its title and heading, ``text`` as a paragraph, then ``links``."""
     anchors = "".join(f'<li><a href="{href}">{href}</a></li>' for href in links)
     return (
-        f"<!doctype html><html><head><title>{title}</title>{head}</head><body>"
-        f"<main><h1>{title}</h1><p>{text}</p><ul>{anchors}</ul></main></body></html>"
+        f"<!doctype html><html><head><title>{title}</title></head><body><main><h1>{title}</h1>"
+        f"<p>{text}</p><ul>{anchors}</ul></main></body></html>"
     )
 
 
-def sitemap_xml(urls: list[str]) -> tuple[str, str]:
-    """A sitemap (content type, body) listing ``urls``."""
+def page(title: str, text: str, links: list[str] = (), *, etag: str | None = None) -> Response:
+    """A 200 response with ``html_page`` and an ETag (the body's hash unless given)."""
+    body = html_page(title, text, links)
+    return Response(200, body, {"ETag": etag or f'"{hashlib.sha1(body.encode()).hexdigest()[:16]}"'})
+
+
+def sitemap(urls: list[str]) -> Response:
+    """A 200 ``urlset`` sitemap listing ``urls``."""
     entries = "".join(f"<url><loc>{url}</loc></url>" for url in urls)
-    return (
-        "application/xml",
-        f'<?xml version="1.0" encoding="UTF-8"?>'
-        f'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{entries}</urlset>',
-    )
+    body = f'<?xml version="1.0" encoding="UTF-8"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{entries}</urlset>'
+    return Response(200, body, {"Content-Type": "application/xml"})
 
 
-_TOPICS = ("harbours", "orchards", "glaciers", "lighthouses", "bakeries", "observatories", "canals", "vineyards")
-
-
-def site_pages_generate(n: int, *, prefix: str = "/docs/", origin: str = "") -> dict:
-    """``n`` short pages ``{prefix}page-{i}.html`` (page i links to pages 2i+1 and 2i+2, so a crawl
-    from page 0 reaches every page) and ``{prefix}sitemap.xml`` listing them all.
-
-    Sitemap URLs must be absolute: pass the site's ``origin``, or leave it empty and call
-    ``sitemap_fill(site)`` once the site is served."""
+def site_pages(n: int, *, folder: str = "/docs/", words: int = 40, base: str = "") -> dict:
+    """``n`` distinct short pages ``{folder}page-<i>.html`` with ETags, and ``{folder}sitemap.xml``
+    listing them as ``base`` + path (give ``site.url("")`` for absolute URLs; without it the paths
+    are resolved against the sitemap's URL)."""
     pages: dict = {}
     for i in range(n):
-        topic = _TOPICS[i % len(_TOPICS)]
-        links = [f"page-{j}.html" for j in (2 * i + 1, 2 * i + 2) if j < n]
-        pages[f"{prefix}page-{i}.html"] = page_html(
-            f"Page {i} about {topic}",
-            f"Page number {i} is a short note about {topic}, number {i * 7 % 101} of the series.",
-            links,
-        )
-    pages[f"{prefix}sitemap.xml"] = sitemap_xml([f"{origin}{prefix}page-{i}.html" for i in range(n)])
+        rng = random.Random(i)
+        text = " ".join(rng.choice(_WORDS) for _ in range(words))
+        pages[f"{folder}page-{i}.html"] = page(f"Page {i}: {' '.join(rng.sample(_WORDS, 3))}", f"Entry {i}. {text}.")
+    pages[f"{folder}sitemap.xml"] = sitemap([base + path for path in pages])
     return pages
-
-
-def sitemap_fill(site: Site, *, prefix: str = "/docs/") -> None:
-    """Rewrite ``{prefix}sitemap.xml`` to list every ``.html`` page under ``prefix`` with absolute URLs."""
-    paths = sorted(
-        (p for p in site.pages if p.startswith(prefix) and p.endswith(".html")),
-        key=lambda p: (len(p), p),
-    )
-    site.pages[f"{prefix}sitemap.xml"] = sitemap_xml([site.url(p) for p in paths])

@@ -56,9 +56,13 @@ class Command(TenantCommand):
         call_command("collectstatic", interactive=False, verbosity=0)
         call_command("runserver", f"127.0.0.1:{port}", use_reloader=False, insecure_serving=True)
 
-    def _source_done(self, name, report):
-        c = report.counts()
+    def _source_done(self, name, run):
+        c = run.counts()
+        seconds = (run.finished_at - run.started_at).total_seconds()
+        if not (c["new"] or c["updated"] or c["deleted"] or c["failed"]):
+            self.stdout.write(f"  {name}: nothing new ({c['unchanged']} documents unchanged, {seconds:.1f}s)")
+            return
         self.stdout.write(
-            f"  {name}: {c['created']} new, {c['updated']} updated, {c['unchanged']} unchanged, "
-            f"{c['duplicate']} duplicates, {c['chunks']} chunks embedded ({report.total_seconds:.0f}s)"
+            f"  {name}: {c['new']} new, {c['updated']} updated, {c['unchanged']} unchanged, {c['deleted']} deleted, "
+            f"{c['failed']} failed ({seconds:.0f}s)"
         )

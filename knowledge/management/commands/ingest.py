@@ -48,8 +48,13 @@ class Command(TenantCommand):
 
     def handle(self, *args, **o):
         tenant = self.tenant(o["tenant"])
+        # A new source is saved with the first stored documents (or queued jobs): a refused file leaves none.
         source = source_get_or_create(
-            tenant=tenant, name=o["source"], reliability=o["reliability"], half_life_days=o["half_life_days"]
+            tenant=tenant,
+            name=o["source"],
+            reliability=o["reliability"],
+            half_life_days=o["half_life_days"],
+            save=False,
         )
         options = (
             {"max_tokens": o["max_tokens"], "overlap_tokens": o["overlap"]} if o["splitter"] == "max_tokens" else {}
