@@ -4,7 +4,9 @@
 scheme and host, under its folder (start ``https://h/docs/index.html`` or
 ``https://h/docs/sitemap.xml``: prefix ``/docs/``), whose URL path the source's ``include`` and
 ``exclude`` globs select (``knowledge.connectors.base.path_selected``), at most
-``source.page_limit`` of them per sync.
+``source.page_limit`` of them per sync. A sync that reaches the limit keeps the known pages it did
+not request as the last sync left them (it cannot tell whether they are gone): a page is deleted
+only when the site says so (404, 410, left out of the sitemap or no longer linked within the limit).
 
 Discovery
     A location ending in ``.xml``, or one answering with an XML sitemap (``urlset``, or a
@@ -322,7 +324,8 @@ class WebConnector:
             if url not in urls and self._on_site(url) and self._selected(url) and self._allowed(url):
                 urls[url] = None
         seen: set[str] = set()
-        for url in list(urls)[: self.source.page_limit]:
+        listed = list(urls)
+        for url in listed[: self.source.page_limit]:
             page = self._get(url, _validators(known.get(url, "")))
             if page.url in seen:
                 continue
@@ -330,11 +333,21 @@ class WebConnector:
             item = self._item(page, known, requested=url)
             if item is not None:
                 yield item
+        # Past the limit: not asked for, but still listed, so not gone; kept as the last sync left them.
+        for url in listed[self.source.page_limit :]:
+            if url in known and url not in seen:
+                seen.add(url)
+                yield Item(url, known[url], unchanged=True)
 
     def _crawl(self, start: _Page, known: Mapping[str, str]) -> Iterator[Item]:
-        """Breadth-first from the start page, at most ``page_limit`` pages requested."""
+        """Breadth-first from the start page, at most ``page_limit`` pages requested.
+
+        When the limit leaves pages unrequested, the known pages not requested are kept as the last
+        sync left them (yielded unchanged): the crawl cannot tell whether they are gone.
+        """
         queue: deque[str] = deque()
         queued = {self.start, start.url}
+        asked = {self.start, start.url}  # requested URLs and where they led
         page: _Page | None = start
         requested = 1
         while page is not None:
@@ -351,12 +364,17 @@ class WebConnector:
                 url = queue.popleft()
                 page = self._get(url)
                 requested += 1
+                asked.update((url, page.url))
                 if page.url != url:  # redirected: read each final URL once
                     if page.url in queued and not page.error:
                         page = None
                         continue
                     queued.add(page.url)
                 break
+        if queue:
+            for url, fingerprint in known.items():
+                if url not in asked and self._on_site(url) and self._selected(url) and self._allowed(url):
+                    yield Item(url, fingerprint, unchanged=True)
 
     def _followed(self, url: str) -> bool:
         """Whether the crawl requests ``url``: under the prefix, allowed, not excluded, likely a page."""

@@ -183,6 +183,38 @@ def test_a_crawl_requests_at_most_page_limit_pages(tenant, site):
     assert sum(hits for path, hits in site.hits.items() if path.startswith("/docs/")) == 3
 
 
+def test_a_crawl_that_reaches_the_page_limit_keeps_the_known_pages_it_did_not_request(tenant, site):
+    links = [f"/docs/p{i}.html" for i in range(4)]
+    site.pages["/docs/index.html"] = page("Index", "All the pages of the handbook.", links)
+    for i, link in enumerate(links):
+        site.pages[link] = page(f"Page {i}", f"Page number {i} of the handbook.")
+    source = _web_source(tenant, site.url("/docs/index.html"))
+    source_sync(source=source)
+    source.page_limit = 2
+    source.save(update_fields=["page_limit"])
+    site.reset_counts()
+
+    run = source_sync(source=source)
+
+    assert (run.status, run.deleted, run.unchanged) == ("done", 0, 5)
+    assert len(_live(tenant)) == 5
+    assert sum(hits for path, hits in site.hits.items() if path.startswith("/docs/")) == 2
+
+
+def test_a_sitemap_longer_than_the_page_limit_keeps_the_known_pages_past_it(tenant, site):
+    _three_pages(site)
+    source = _web_source(tenant, site.url("/docs/sitemap.xml"))
+    source_sync(source=source)
+    source.page_limit = 1
+    source.save(update_fields=["page_limit"])
+    site.reset_counts()
+
+    run = source_sync(source=source)
+
+    assert (run.status, run.deleted, run.unchanged) == ("done", 0, 3)
+    assert site.hits["/docs/upgrade.html"] == site.hits["/docs/faq.html"] == 0
+
+
 def test_a_crawl_follows_the_links_of_a_page_outside_include_without_storing_it(tenant, site):
     site.pages["/docs/index.html"] = page("Index", "All the pages of the handbook.", ["guide/a.html", "b.html"])
     site.pages["/docs/guide/a.html"] = page("A", "The first chapter of the guide.")
