@@ -20,7 +20,8 @@ Politeness
     ``robots.txt`` (read once per sync; missing = everything allowed; 401/403 = nothing allowed)
     is obeyed for the user agent ``KnowledgeBaseBot/1.0``; its ``Crawl-delay`` wins when longer
     than ``source.crawl_delay_s``, the pause between the end of one request and the start of the
-    next. Requests time out after ``TIMEOUT_S`` seconds; redirects are followed (at most
+    next. A page's ``<meta name="robots">`` is obeyed too: ``noindex``, the page is not stored
+    (its document is marked deleted); ``nofollow``, its links are not followed. Requests time out after ``TIMEOUT_S`` seconds; redirects are followed (at most
     ``MAX_REDIRECTS``) only on the same scheme and host; bodies past ``MAX_BYTES`` are refused.
 
 Changes
@@ -69,7 +70,8 @@ from knowledge.models import Source
 
 logger = logging.getLogger(__name__)
 
-USER_AGENT = "KnowledgeBaseBot/1.0"
+BOT_NAME = "KnowledgeBaseBot"
+USER_AGENT = f"{BOT_NAME}/1.0"
 TIMEOUT_S = 20.0
 MAX_REDIRECTS = 5
 MAX_BYTES = 10 * 1024 * 1024
@@ -386,7 +388,7 @@ class WebConnector:
         return posixpath.splitext(path)[1].lower() not in NOT_PAGES
 
     def _item(self, page: _Page, known: Mapping[str, str], *, requested: str) -> Item | None:
-        """The item of a fetched page; None when the page is gone, off the site or not HTML."""
+        """The item of a fetched page; None when the page is gone, off the site, not HTML or noindex."""
         if page.error:
             return Item(requested, known.get(requested, ""), error=page.error)
         if page.offsite or page.status in (404, 410):
@@ -404,6 +406,8 @@ class WebConnector:
         fingerprint = page.fingerprint()
         if known.get(page.url) == fingerprint:
             return Item(page.url, fingerprint, unchanged=True)
+        if _noindex(page):  # an unchanged page kept its (indexable) state; a changed one may ask out
+            return None
         try:
             document = page_read(page.body, url=page.url, encoding=_charset(page.headers))
         except InvalidInput as exc:
@@ -483,14 +487,40 @@ def _reason(exc: Exception) -> str:
     return text.split("] ", 1)[-1][:200]
 
 
-def _links(page: _Page) -> list[str]:
-    """The normalized absolute URLs of a page's ``<a href>`` links (honouring ``<base href>``)."""
+def _tree(page: _Page):
+    """The page's parsed HTML (lxml), or None when it cannot be parsed."""
     import lxml.html
     from lxml.etree import ParserError
 
     try:
-        tree = lxml.html.fromstring(page.body)
+        return lxml.html.fromstring(page.body)
     except (ParserError, ValueError):
+        return None
+
+
+def _robots_directives(tree) -> set[str]:
+    """The lower-case directives of a page's ``<meta name="robots">`` (or ``name="KnowledgeBaseBot"``);
+    ``none`` stands for ``noindex`` and ``nofollow``."""
+    directives: set[str] = set()
+    for element in tree.iter("meta"):
+        if (element.get("name") or "").strip().lower() in ("robots", BOT_NAME.lower()):
+            directives.update(d.strip().lower() for d in (element.get("content") or "").split(","))
+    if "none" in directives:
+        directives |= {"noindex", "nofollow"}
+    return directives
+
+
+def _noindex(page: _Page) -> bool:
+    """Whether the page asks not to be indexed (``<meta name="robots" content="noindex">``)."""
+    tree = _tree(page)
+    return tree is not None and "noindex" in _robots_directives(tree)
+
+
+def _links(page: _Page) -> list[str]:
+    """The normalized absolute URLs of a page's ``<a href>`` links (honouring ``<base href>``);
+    none when its ``<meta name="robots">`` says ``nofollow``."""
+    tree = _tree(page)
+    if tree is None or "nofollow" in _robots_directives(tree):
         return []
     base = page.url
     for element in tree.iter("base"):

@@ -224,6 +224,38 @@ def test_a_crawl_follows_the_links_of_a_page_outside_include_without_storing_it(
     assert _live(tenant) == {site.url("/docs/guide/a.html")}
 
 
+def test_a_page_whose_meta_robots_says_noindex_is_not_stored_and_nofollow_links_are_not_followed(tenant, site):
+    site.pages["/docs/index.html"] = page("Index", "All the pages of the handbook.", ["drafts.html", "a.html"])
+    site.pages["/docs/a.html"] = page("A", "The first chapter of the handbook.")
+    drafts = html_page("Drafts", "Unfinished chapters.", ["draft-1.html"])
+    site.pages["/docs/drafts.html"] = Response(
+        200, drafts.replace("</head>", '<meta name="robots" content="noindex, nofollow"></head>')
+    )
+    site.pages["/docs/draft-1.html"] = page("Draft", "A chapter nobody should read yet.")
+    source = _web_source(tenant, site.url("/docs/index.html"))
+
+    run = source_sync(source=source)
+
+    assert (run.status, run.new) == ("done", 2)
+    assert _live(tenant) == {site.url("/docs/index.html"), site.url("/docs/a.html")}
+    assert site.hits["/docs/drafts.html"] == 1 and site.hits["/docs/draft-1.html"] == 0
+
+
+def test_a_page_that_turns_noindex_is_marked_deleted(tenant, site):
+    _three_pages(site)
+    source = _web_source(tenant, site.url("/docs/sitemap.xml"))
+    source_sync(source=source)
+    faq = html_page("Questions", "Answers about licences, support and the roadmap.")
+    site.pages["/docs/faq.html"] = Response(
+        200, faq.replace("</head>", '<meta name="KnowledgeBaseBot" content="none"></head>')
+    )
+
+    run = source_sync(source=source)
+
+    assert (run.status, run.deleted, run.unchanged) == ("done", 1, 2)
+    assert site.url("/docs/faq.html") not in _live(tenant)
+
+
 def test_a_location_answering_a_sitemap_is_read_as_one(tenant, site):
     _three_pages(site)
     site.pages["/docs/pages"] = site.pages["/docs/sitemap.xml"]
