@@ -9,8 +9,9 @@ not request as the last sync left them (it cannot tell whether they are gone): a
 only when the site says so (404, 410, left out of the sitemap or no longer linked within the limit).
 
 Discovery
-    A location ending in ``.xml``, or one answering with an XML sitemap (``urlset``, or a
-    ``sitemapindex`` whose sitemaps are read one level deep), lists the pages. Otherwise the
+    A location ending in ``.xml`` or ``.xml.gz``, or one answering with an XML sitemap
+    (``urlset``, or a ``sitemapindex`` whose sitemaps are read one level deep; gzipped or not),
+    lists the pages. Otherwise the
     connector crawls breadth-first from the start page, following ``<a href>`` links (fragments
     dropped) that stay under the prefix. When crawling, an excluded page is never requested; a
     page outside ``include`` is requested only to follow its links, and is not stored. Links to
@@ -49,7 +50,9 @@ Failures
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import io
 import logging
 import posixpath
 import re
@@ -79,6 +82,7 @@ MAX_SITEMAPS = 50  # sitemaps read from one sitemap index
 MAX_URL_LENGTH = 1000  # a document id has at most 1,000 characters
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
+GZIP_TYPES = ("application/gzip", "application/x-gzip")  # sitemap.xml.gz
 NOT_PAGES = (
     ".7z .avi .bmp .css .csv .doc .docx .epub .exe .gif .gz .ico .jpeg .jpg .js .json .mov .mp3 .mp4 .odp .ods "
     ".odt .pdf .png .ppt .pptx .rar .svg .tar .tgz .wav .webm .webp .woff .woff2 .xls .xlsx .xml .zip"
@@ -222,9 +226,9 @@ class WebConnector:
 
     @staticmethod
     def _wanted(headers: httpx.Headers) -> bool:
-        """Whether a 200's body is worth downloading: HTML, XML (sitemaps) or plain text (robots.txt)."""
+        """Whether a 200's body is worth downloading: HTML, XML or gzip (sitemaps), plain text (robots.txt)."""
         kind = headers.get("content-type", "").split(";")[0].strip().lower()
-        return not kind or kind in HTML_TYPES or "xml" in kind or kind == "text/plain"
+        return not kind or kind in HTML_TYPES or "xml" in kind or kind == "text/plain" or kind in GZIP_TYPES
 
     def _get_or_unreachable(self, url: str, what: str) -> _Page:
         """GET a page the whole sync depends on; ``SourceUnreachable`` unless it answers 200."""
@@ -283,7 +287,7 @@ class WebConnector:
         self._robots_read()
         if not self._allowed(self.start):
             raise SourceUnreachable(f"{self.origin}/robots.txt forbids {USER_AGENT} to read {self.start}.")
-        if urlsplit(self.start).path.lower().endswith(".xml"):
+        if urlsplit(self.start).path.lower().endswith((".xml", ".xml.gz")):
             start = self._get_or_unreachable(self.start, "the sitemap")
             urls = self._sitemap_urls(start)
             if urls is None:
@@ -294,7 +298,7 @@ class WebConnector:
         if start.is_html:
             yield from self._crawl(start, known)
             return
-        urls = self._sitemap_urls(start) if "xml" in start.content_type else None
+        urls = self._sitemap_urls(start) if "xml" in start.content_type or start.content_type in GZIP_TYPES else None
         if urls is None:
             raise SourceUnreachable(f"{self.start}: neither a web page nor an XML sitemap ({start.content_type}).")
         yield from self._from_sitemap(urls, known)
@@ -539,12 +543,20 @@ def _links(page: _Page) -> list[str]:
 
 
 def _sitemap_parse(body: bytes) -> tuple[str | None, list[str]]:
-    """(``"urlset"`` or ``"sitemapindex"``, its ``<loc>`` values) of a sitemap; (None, []) for other XML.
+    """(``"urlset"`` or ``"sitemapindex"``, its ``<loc>`` values) of a sitemap, gzipped or not;
+    (None, []) for anything else.
 
     Entities are not resolved and nothing is fetched by the parser.
     """
     from lxml import etree
 
+    if body[:2] == b"\x1f\x8b":  # a gzipped sitemap (sitemap.xml.gz), unpacked to at most MAX_BYTES
+        try:
+            body = gzip.GzipFile(fileobj=io.BytesIO(body)).read(MAX_BYTES + 1)
+        except (OSError, EOFError):
+            return None, []
+        if len(body) > MAX_BYTES:
+            return None, []
     parser = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=False, recover=False)
     try:
         root = etree.fromstring(body.strip(), parser=parser)

@@ -1,5 +1,6 @@
 """The web connector, end to end through the sync service, against a small site served locally."""
 
+import gzip
 from datetime import UTC, datetime
 
 import pytest
@@ -307,6 +308,22 @@ def test_a_sitemap_index_is_followed_one_level(tenant, site):
     run = source_sync(source=_web_source(tenant, site.url("/docs/sitemap-index.xml"), exclude=["*/faq.html"]))
     assert (run.status, run.new) == ("done", 2)
     assert site.hits["/docs/faq.html"] == 0
+
+
+def test_a_gzipped_sitemap_and_the_gzipped_sitemaps_of_an_index_are_read(tenant, site):
+    _three_pages(site)
+    listed = site.pages["/docs/sitemap.xml"].body
+    site.pages["/docs/pages.xml.gz"] = Response(
+        200, gzip.compress(listed.encode()), {"Content-Type": "application/gzip"}
+    )
+    index = f"<sitemapindex><sitemap><loc>{site.url('/docs/pages.xml.gz')}</loc></sitemap></sitemapindex>"
+    site.pages["/docs/index.xml.gz"] = Response(
+        200, gzip.compress(index.encode()), {"Content-Type": "application/x-gzip"}
+    )
+
+    run = source_sync(source=_web_source(tenant, site.url("/docs/index.xml.gz")))
+
+    assert (run.status, run.new) == ("done", 3), run.error
 
 
 def test_a_sitemap_lists_its_pages_not_their_images(tenant, site):
