@@ -392,8 +392,11 @@ class WebConnector:
         return posixpath.splitext(path)[1].lower() not in NOT_PAGES
 
     def _item(self, page: _Page, known: Mapping[str, str], *, requested: str) -> Item | None:
-        """The item of a fetched page; None when the page is gone, off the site, not HTML or noindex."""
+        """The item of a fetched page; None when the page is gone, off the site, not HTML or noindex,
+        and when it failed but would not have been stored (a page requested only for its links)."""
         if page.error:
+            if not self._selected(requested):
+                return None
             return Item(requested, known.get(requested, ""), error=page.error)
         if page.offsite or page.status in (404, 410):
             return None
@@ -402,6 +405,8 @@ class WebConnector:
                 return Item(page.url, error=f"{page.url}: the server answered 304 to a request without conditions")
             return Item(page.url, known[page.url], unchanged=True)
         if page.status != 200:
+            if not (self._on_site(page.url) and self._selected(page.url)):
+                return None
             return Item(page.url, known.get(page.url, ""), error=f"{page.url}: the server answered {page.status}")
         if not page.is_html or not self._on_site(page.url) or not self._selected(page.url):
             return None

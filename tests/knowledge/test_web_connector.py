@@ -184,6 +184,17 @@ def test_a_crawl_requests_at_most_page_limit_pages(tenant, site):
     assert sum(hits for path, hits in site.hits.items() if path.startswith("/docs/")) == 3
 
 
+def test_a_page_requested_only_for_its_links_that_fails_is_not_counted_as_failed(tenant, site):
+    site.pages["/docs/index.html"] = page("Index", "All the pages of the handbook.", ["guide/a.html", "b.html"])
+    site.pages["/docs/guide/a.html"] = page("A", "The first chapter of the guide.")
+    site.pages["/docs/b.html"] = Response(500, "<h1>Server error</h1>")
+
+    run = source_sync(source=_web_source(tenant, site.url("/docs/index.html"), include=["/docs/guide/*"]))
+
+    assert (run.status, run.new, run.failed, run.errors) == ("done", 1, 0, [])
+    assert site.hits["/docs/b.html"] == 1
+
+
 def test_a_crawl_that_reaches_the_page_limit_keeps_the_known_pages_it_did_not_request(tenant, site):
     links = [f"/docs/p{i}.html" for i in range(4)]
     site.pages["/docs/index.html"] = page("Index", "All the pages of the handbook.", links)
