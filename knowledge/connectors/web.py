@@ -9,21 +9,21 @@ not request as the last sync left them (it cannot tell whether they are gone): a
 only when the site says so (404, 410, left out of the sitemap or no longer linked within the limit).
 
 Discovery
-    A location ending in ``.xml`` or ``.xml.gz``, or one answering with an XML sitemap
-    (``urlset``, or a ``sitemapindex`` whose sitemaps are read one level deep; gzipped or not),
-    lists the pages. Otherwise the
-    connector crawls breadth-first from the start page, following ``<a href>`` links (fragments
-    dropped) that stay under the prefix. When crawling, an excluded page is never requested; a
-    page outside ``include`` is requested only to follow its links, and is not stored. Links to
-    files that are plainly not pages (images, archives, PDFs...) are not followed.
+    A location ending in ``.xml`` or ``.xml.gz``, or one answering with an XML sitemap (``urlset``,
+    or a ``sitemapindex`` whose sitemaps are read one level deep; gzipped or not), lists the pages.
+    Otherwise the connector crawls breadth-first from the start page, following ``<a href>`` links
+    (fragments dropped) that stay under the prefix. When crawling, an excluded page is never
+    requested; a page outside ``include`` is requested only to follow its links, and is not stored.
+    Links to files that are plainly not pages (images, archives, PDFs...) are not followed.
 
 Politeness
     ``robots.txt`` (read once per sync; missing = everything allowed; 401/403 = nothing allowed)
     is obeyed for the user agent ``KnowledgeBaseBot/1.0``; its ``Crawl-delay`` wins when longer
     than ``source.crawl_delay_s``, the pause between the end of one request and the start of the
     next. A page's ``<meta name="robots">`` is obeyed too: ``noindex``, the page is not stored
-    (its document is marked deleted); ``nofollow``, its links are not followed. Requests time out after ``TIMEOUT_S`` seconds; redirects are followed (at most
-    ``MAX_REDIRECTS``) only on the same scheme and host; bodies past ``MAX_BYTES`` are refused.
+    (its document is marked deleted); ``nofollow``, its links are not followed. Requests time
+    out after ``TIMEOUT_S`` seconds; redirects are followed (at most ``MAX_REDIRECTS``) only on
+    the same scheme and host; bodies past ``MAX_BYTES`` are refused.
 
 Changes
     A page's key and document id are its URL (after redirects); its fingerprint is
