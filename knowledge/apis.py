@@ -24,6 +24,7 @@ from core.api import ERRORS, BoundedLimitOffsetPagination, ErrorSerializer
 from core.errors import PermissionDenied
 from core.memberships import membership_for_request, tenant_for_request
 from core.models import Membership
+from knowledge.ingestion.readers import SUPPORTED_EXTENSIONS
 from knowledge.models import IngestionJob
 from knowledge.selectors import (
     document_get,
@@ -82,7 +83,9 @@ class DocumentListApi(APIView):
 
     @extend_schema_serializer(component_name="DocumentListInput")
     class InputSerializer(serializers.Serializer):
-        file = serializers.FileField(allow_empty_file=True)
+        file = serializers.FileField(
+            allow_empty_file=True, help_text=f"The file to ingest: {' '.join(SUPPORTED_EXTENSIONS)}."
+        )
         source = serializers.CharField(max_length=200, default="uploads")
         external_id = serializers.CharField(max_length=1000, required=False)
         title = serializers.CharField(max_length=500, required=False)

@@ -1,8 +1,10 @@
 """Readers: turn a file into one or more ``ReadDocument`` (title, normalized text, sections).
 
-Supported: .txt, .md/.markdown, .rst, .html/.htm (BeautifulSoup), .pdf (pypdf) and .jsonl (one
-document per line). Every reader raises ``InvalidInput`` for empty or undecodable content and
-``UnsupportedFileType`` for other extensions, before anything is stored.
+Supported: .txt, .md/.markdown, .rst, .html/.htm (BeautifulSoup), .pdf (pypdf), .jsonl (one
+document per line), and office and e-book files, .docx, .pptx, .xlsx, .odt and .epub (read by
+``knowledge.ingestion.office``). Every reader raises ``InvalidInput`` for empty, undecodable,
+damaged or encrypted content and ``UnsupportedFileType`` for other extensions, before anything
+is stored.
 """
 
 from __future__ import annotations
@@ -30,7 +32,14 @@ SUPPORTED_EXTENSIONS = (
     ".htm",
     ".pdf",
     ".jsonl",
+    ".docx",
+    ".pptx",
+    ".xlsx",
+    ".odt",
+    ".epub",
 )
+# Zip-based formats read by ``knowledge.ingestion.office`` (imported when first needed).
+OFFICE_EXTENSIONS = (".docx", ".pptx", ".xlsx", ".odt", ".epub")
 
 
 @dataclass
@@ -130,6 +139,10 @@ def read_bytes(
     external_id = external_id or name
     if suffix == ".pdf":
         docs = [_read_pdf(data, name=name, external_id=external_id, uri=uri)]
+    elif suffix in OFFICE_EXTENSIONS:
+        from knowledge.ingestion.office import read_office
+
+        docs = [read_office(data, name=name, external_id=external_id, uri=uri)]
     elif suffix == ".jsonl":
         docs = _read_jsonl(decode_text(data, name=name), name=name)
     else:
@@ -164,6 +177,28 @@ def read_path(
     external_id = str(relative.with_suffix("")) if path.suffix.lower() != ".jsonl" else str(relative)
     uri = f"{uri_prefix}{relative.with_suffix('')}" if uri_prefix else str(path)
     return read_bytes(path.read_bytes(), name=path.name, external_id=external_id, uri=uri, fmt=fmt)
+
+
+def locate_sections(text: str, headings: list[str], *, whole_lines: bool = False) -> list[Section]:
+    """Sections for ``headings`` (in reading order) found in the normalized ``text``.
+
+    Each heading is looked for after the previous one found; one not found is left out. With
+    ``whole_lines`` a heading is first looked for as a line of its own (readers that put every
+    heading on its own line), so a mention of it in the text before is not taken for it.
+    """
+    sections: list[Section] = []
+    cursor = 0
+    for heading in headings:
+        position = -1
+        if heading and whole_lines:
+            match = re.compile(rf"^{re.escape(heading)}$", re.MULTILINE).search(text, cursor)
+            position = match.start() if match else -1
+        if heading and position < 0:
+            position = text.find(heading, cursor)
+        if position >= 0:
+            sections.append(Section(heading=heading, start=position))
+            cursor = position + len(heading)
+    return sections
 
 
 def _title_from(text: str, fallback: str) -> str:
@@ -290,13 +325,7 @@ def _read_rst(text: str, *, name: str, external_id: str, uri: str) -> ReadDocume
     plain, headings = rst_to_text(text)
     # Re-derive offsets after normalization by locating heading lines in order.
     normalized = normalize_text(plain)
-    sections: list[Section] = []
-    cursor = 0
-    for heading, _line in headings:
-        position = normalized.find(heading, cursor)
-        if position >= 0:
-            sections.append(Section(heading=heading, start=position))
-            cursor = position + len(heading)
+    sections = locate_sections(normalized, [heading for heading, _line in headings])
     title = sections[0].heading if sections else _title_from(normalized, Path(name).stem)
     return ReadDocument(
         external_id=external_id,
@@ -333,14 +362,9 @@ def _read_html(text: str, *, name: str, external_id: str, uri: str) -> ReadDocum
     title = title_tag.get_text(" ", strip=True) if title_tag else ""
     body = soup.body or soup
     plain = normalize_text(body.get_text("\n"))
-    sections: list[Section] = []
-    cursor = 0
-    for tag in body.find_all(["h1", "h2", "h3", "h4"]):
-        heading = tag.get_text(" ", strip=True)
-        position = plain.find(heading, cursor) if heading else -1
-        if position >= 0:
-            sections.append(Section(heading=heading, start=position))
-            cursor = position + len(heading)
+    sections = locate_sections(
+        plain, [tag.get_text(" ", strip=True) for tag in body.find_all(["h1", "h2", "h3", "h4"])]
+    )
     title = title or _title_from(plain, Path(name).stem)
     return ReadDocument(
         external_id=external_id,

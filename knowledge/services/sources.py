@@ -9,13 +9,16 @@ field.
 from __future__ import annotations
 
 import re
+import shutil
 from datetime import timedelta
+from functools import partial
 from urllib.parse import urlsplit
 
 from django.db import IntegrityError, transaction
 
 from core.errors import InvalidInput
 from core.models import Tenant
+from knowledge.connectors.git import cache_folder
 from knowledge.models import DocumentVersion, Source
 from knowledge.services.ingestion import version_reindex
 
@@ -128,9 +131,6 @@ def source_check(source: Source) -> None:
         raise InvalidInput("versions_kept is 0 or more (empty keeps all).")
 
 
-_check = source_check  # its name before it was public
-
-
 def source_create(*, tenant: Tenant, name: str, kind: str = Source.Kind.FOLDER, **fields) -> Source:
     """Create the tenant's source ``name`` of ``kind`` with ``fields`` (any of ``SOURCE_FIELDS``).
 
@@ -174,13 +174,17 @@ def source_delete(*, source: Source) -> None:
     """Delete ``source`` with its documents, versions, chunks and runs.
 
     Documents of other sources that were exact duplicates of its documents are indexed on their
-    own afterwards (they would otherwise have no chunks).
+    own afterwards (they would otherwise have no chunks); a git source's fetched repository is
+    removed once the deletion commits.
     """
     orphans = list(
         DocumentVersion.objects.filter(is_current=True, duplicate_of__document__source=source)
         .exclude(document__source=source)
         .values_list("pk", flat=True)
     )
+    cache = cache_folder(source) if source.kind == Source.Kind.GIT else None
     source.delete()
     for version_id in orphans:
         version_reindex(version_id=version_id)
+    if cache is not None:  # a git source's fetched repository
+        transaction.on_commit(partial(shutil.rmtree, cache, ignore_errors=True))

@@ -71,7 +71,7 @@ def upload_ingest(*, tenant: Tenant, source_name: str, file_name: str, data: byt
     ``options`` may hold ``format`` (a reader, e.g. "rst"), ``external_id`` and ``title``.
     Everything is checked before anything is stored: ``PayloadTooLarge`` over
     ``KB_MAX_UPLOAD_BYTES``, ``UnsupportedFileType`` for an unknown type and ``InvalidInput``
-    for an empty, binary or malformed file. The task runs once the job row is committed.
+    for an empty, binary, malformed, damaged or encrypted file. The task runs once the job row is committed.
     """
     if len(data) > settings.KB_MAX_UPLOAD_BYTES:
         raise PayloadTooLarge(f"{file_name}: the file is larger than {settings.KB_MAX_UPLOAD_BYTES} bytes.")

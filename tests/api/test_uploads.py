@@ -100,6 +100,20 @@ BAD_FILES = [
     ("ids.jsonl", b'{"id": "' + b"i" * 1001 + b'", "text": "ok"}\n', 400, "malformed_jsonl", None),
     ("uris.jsonl", b'{"id": "a", "uri": "' + b"u" * 2001 + b'", "text": "ok"}\n', 400, "malformed_jsonl", None),
     ("odd.txt", b"\xff\xfeH\x00i\x00!", 400, "binary_file", None),
+    (
+        "report.docx",
+        b"PK\x03\x04 not really a Word document",
+        400,
+        "invalid_document",
+        "report.docx: not a valid Word document (the file is damaged or is not .docx).",
+    ),
+    (
+        "locked.xlsx",
+        b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + "EncryptedPackage".encode("utf-16-le"),
+        400,
+        "encrypted_file",
+        "locked.xlsx: the file is encrypted (password-protected); save it without a password.",
+    ),
 ]
 
 
@@ -120,6 +134,24 @@ def test_a_bad_file_is_rejected_and_nothing_is_stored(
     assert not callbacks
     assert not upload_dir.exists() or not any(upload_dir.rglob("*.*"))
     assert not Source.objects.for_tenant(corpus).filter(name="uploads").exists()
+
+
+def test_uploading_a_word_document_ingests_its_text_and_headings(
+    tenant, editor_client, tmp_path, django_capture_on_commit_callbacks
+):
+    from tests.knowledge.test_office_readers import make_docx
+
+    data = make_docx(tmp_path / "travel.docx").read_bytes()
+    with django_capture_on_commit_callbacks(execute=True):
+        response = upload(editor_client, "travel.docx", data)
+    assert response.status_code == 202
+    finished = editor_client.get(response.json()["urls"]["self"]).json()
+    assert finished["status"] == "done", finished["error"]
+    document = Document.objects.get(tenant=tenant, external_id="travel.docx")
+    assert document.title == "Travel policy"
+    version = document.versions.get()
+    assert "City | Nightly rate\nParis | 180 EUR" in version.text
+    assert any(chunk.heading.startswith("Travel policy") for chunk in version.chunks.all())
 
 
 def test_the_malformed_jsonl_message_names_the_broken_line(corpus, editor_client):

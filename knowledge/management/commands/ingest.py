@@ -5,6 +5,7 @@ from celery import current_app
 from django.core.management.base import CommandError
 
 from core.commands import TenantCommand
+from knowledge.ingestion.readers import SUPPORTED_EXTENSIONS
 from knowledge.ingestion.splitters import get_splitter
 from knowledge.services import paths_enqueue, paths_ingest, source_get_or_create
 
@@ -19,7 +20,9 @@ class Command(TenantCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("paths", nargs="+", type=Path)
+        parser.add_argument(
+            "paths", nargs="+", type=Path, help=f"files or folders of {' '.join(SUPPORTED_EXTENSIONS)} files"
+        )
         parser.add_argument("--tenant", required=True)
         parser.add_argument("--source", required=True, help="source name (created if missing)")
         parser.add_argument(
