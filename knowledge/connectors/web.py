@@ -4,22 +4,26 @@
 scheme and host, under its folder (start ``https://h/docs/index.html`` or
 ``https://h/docs/sitemap.xml``: prefix ``/docs/``), whose URL path the source's ``include`` and
 ``exclude`` globs select (``knowledge.connectors.base.path_selected``), at most
-``source.page_limit`` of them per sync.
+``source.page_limit`` of them per sync. A sync that reaches the limit keeps the known pages it did
+not request as the last sync left them (it cannot tell whether they are gone): a page is deleted
+only when the site says so (404, 410, left out of the sitemap or no longer linked within the limit).
 
 Discovery
-    A location ending in ``.xml``, or one answering with an XML sitemap (``urlset``, or a
-    ``sitemapindex`` whose sitemaps are read one level deep), lists the pages. Otherwise the
-    connector crawls breadth-first from the start page, following ``<a href>`` links (fragments
-    dropped) that stay under the prefix. When crawling, an excluded page is never requested; a
-    page outside ``include`` is requested only to follow its links, and is not stored. Links to
-    files that are plainly not pages (images, archives, PDFs...) are not followed.
+    A location ending in ``.xml`` or ``.xml.gz``, or one answering with an XML sitemap (``urlset``,
+    or a ``sitemapindex`` whose sitemaps are read one level deep; gzipped or not), lists the pages.
+    Otherwise the connector crawls breadth-first from the start page, following ``<a href>`` links
+    (fragments dropped) that stay under the prefix. When crawling, an excluded page is never
+    requested; a page outside ``include`` is requested only to follow its links, and is not stored.
+    Links to files that are plainly not pages (images, archives, PDFs...) are not followed.
 
 Politeness
     ``robots.txt`` (read once per sync; missing = everything allowed; 401/403 = nothing allowed)
     is obeyed for the user agent ``KnowledgeBaseBot/1.0``; its ``Crawl-delay`` wins when longer
     than ``source.crawl_delay_s``, the pause between the end of one request and the start of the
-    next. Requests time out after ``TIMEOUT_S`` seconds; redirects are followed (at most
-    ``MAX_REDIRECTS``) only on the same scheme and host; bodies past ``MAX_BYTES`` are refused.
+    next. A page's ``<meta name="robots">`` is obeyed too: ``noindex``, the page is not stored
+    (its document is marked deleted); ``nofollow``, its links are not followed. Requests time
+    out after ``TIMEOUT_S`` seconds; redirects are followed (at most ``MAX_REDIRECTS``) only on
+    the same scheme and host; bodies past ``MAX_BYTES`` are refused.
 
 Changes
     A page's key and document id are its URL (after redirects); its fingerprint is
@@ -46,7 +50,9 @@ Failures
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import io
 import logging
 import posixpath
 import re
@@ -67,7 +73,8 @@ from knowledge.models import Source
 
 logger = logging.getLogger(__name__)
 
-USER_AGENT = "KnowledgeBaseBot/1.0"
+BOT_NAME = "KnowledgeBaseBot"
+USER_AGENT = f"{BOT_NAME}/1.0"
 TIMEOUT_S = 20.0
 MAX_REDIRECTS = 5
 MAX_BYTES = 10 * 1024 * 1024
@@ -75,6 +82,7 @@ MAX_SITEMAPS = 50  # sitemaps read from one sitemap index
 MAX_URL_LENGTH = 1000  # a document id has at most 1,000 characters
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
+GZIP_TYPES = ("application/gzip", "application/x-gzip")  # sitemap.xml.gz
 NOT_PAGES = (
     ".7z .avi .bmp .css .csv .doc .docx .epub .exe .gif .gz .ico .jpeg .jpg .js .json .mov .mp3 .mp4 .odp .ods "
     ".odt .pdf .png .ppt .pptx .rar .svg .tar .tgz .wav .webm .webp .woff .woff2 .xls .xlsx .xml .zip"
@@ -218,9 +226,9 @@ class WebConnector:
 
     @staticmethod
     def _wanted(headers: httpx.Headers) -> bool:
-        """Whether a 200's body is worth downloading: HTML, XML (sitemaps) or plain text (robots.txt)."""
+        """Whether a 200's body is worth downloading: HTML, XML or gzip (sitemaps), plain text (robots.txt)."""
         kind = headers.get("content-type", "").split(";")[0].strip().lower()
-        return not kind or kind in HTML_TYPES or "xml" in kind or kind == "text/plain"
+        return not kind or kind in HTML_TYPES or "xml" in kind or kind == "text/plain" or kind in GZIP_TYPES
 
     def _get_or_unreachable(self, url: str, what: str) -> _Page:
         """GET a page the whole sync depends on; ``SourceUnreachable`` unless it answers 200."""
@@ -279,7 +287,7 @@ class WebConnector:
         self._robots_read()
         if not self._allowed(self.start):
             raise SourceUnreachable(f"{self.origin}/robots.txt forbids {USER_AGENT} to read {self.start}.")
-        if urlsplit(self.start).path.lower().endswith(".xml"):
+        if urlsplit(self.start).path.lower().endswith((".xml", ".xml.gz")):
             start = self._get_or_unreachable(self.start, "the sitemap")
             urls = self._sitemap_urls(start)
             if urls is None:
@@ -290,7 +298,7 @@ class WebConnector:
         if start.is_html:
             yield from self._crawl(start, known)
             return
-        urls = self._sitemap_urls(start) if "xml" in start.content_type else None
+        urls = self._sitemap_urls(start) if "xml" in start.content_type or start.content_type in GZIP_TYPES else None
         if urls is None:
             raise SourceUnreachable(f"{self.start}: neither a web page nor an XML sitemap ({start.content_type}).")
         yield from self._from_sitemap(urls, known)
@@ -322,7 +330,8 @@ class WebConnector:
             if url not in urls and self._on_site(url) and self._selected(url) and self._allowed(url):
                 urls[url] = None
         seen: set[str] = set()
-        for url in list(urls)[: self.source.page_limit]:
+        listed = list(urls)
+        for url in listed[: self.source.page_limit]:
             page = self._get(url, _validators(known.get(url, "")))
             if page.url in seen:
                 continue
@@ -330,11 +339,21 @@ class WebConnector:
             item = self._item(page, known, requested=url)
             if item is not None:
                 yield item
+        # Past the limit: not asked for, but still listed, so not gone; kept as the last sync left them.
+        for url in listed[self.source.page_limit :]:
+            if url in known and url not in seen:
+                seen.add(url)
+                yield Item(url, known[url], unchanged=True)
 
     def _crawl(self, start: _Page, known: Mapping[str, str]) -> Iterator[Item]:
-        """Breadth-first from the start page, at most ``page_limit`` pages requested."""
+        """Breadth-first from the start page, at most ``page_limit`` pages requested.
+
+        When the limit leaves pages unrequested, the known pages not requested are kept as the last
+        sync left them (yielded unchanged): the crawl cannot tell whether they are gone.
+        """
         queue: deque[str] = deque()
         queued = {self.start, start.url}
+        asked = {self.start, start.url}  # requested URLs and where they led
         page: _Page | None = start
         requested = 1
         while page is not None:
@@ -351,12 +370,17 @@ class WebConnector:
                 url = queue.popleft()
                 page = self._get(url)
                 requested += 1
+                asked.update((url, page.url))
                 if page.url != url:  # redirected: read each final URL once
                     if page.url in queued and not page.error:
                         page = None
                         continue
                     queued.add(page.url)
                 break
+        if queue:
+            for url, fingerprint in known.items():
+                if url not in asked and self._on_site(url) and self._selected(url) and self._allowed(url):
+                    yield Item(url, fingerprint, unchanged=True)
 
     def _followed(self, url: str) -> bool:
         """Whether the crawl requests ``url``: under the prefix, allowed, not excluded, likely a page."""
@@ -368,8 +392,11 @@ class WebConnector:
         return posixpath.splitext(path)[1].lower() not in NOT_PAGES
 
     def _item(self, page: _Page, known: Mapping[str, str], *, requested: str) -> Item | None:
-        """The item of a fetched page; None when the page is gone, off the site or not HTML."""
+        """The item of a fetched page; None when the page is gone, off the site, not HTML or noindex,
+        and when it failed but would not have been stored (a page requested only for its links)."""
         if page.error:
+            if not self._selected(requested):
+                return None
             return Item(requested, known.get(requested, ""), error=page.error)
         if page.offsite or page.status in (404, 410):
             return None
@@ -378,6 +405,8 @@ class WebConnector:
                 return Item(page.url, error=f"{page.url}: the server answered 304 to a request without conditions")
             return Item(page.url, known[page.url], unchanged=True)
         if page.status != 200:
+            if not (self._on_site(page.url) and self._selected(page.url)):
+                return None
             return Item(page.url, known.get(page.url, ""), error=f"{page.url}: the server answered {page.status}")
         if not page.is_html or not self._on_site(page.url) or not self._selected(page.url):
             return None
@@ -386,6 +415,8 @@ class WebConnector:
         fingerprint = page.fingerprint()
         if known.get(page.url) == fingerprint:
             return Item(page.url, fingerprint, unchanged=True)
+        if _noindex(page):  # an unchanged page kept its (indexable) state; a changed one may ask out
+            return None
         try:
             document = page_read(page.body, url=page.url, encoding=_charset(page.headers))
         except InvalidInput as exc:
@@ -465,14 +496,40 @@ def _reason(exc: Exception) -> str:
     return text.split("] ", 1)[-1][:200]
 
 
-def _links(page: _Page) -> list[str]:
-    """The normalized absolute URLs of a page's ``<a href>`` links (honouring ``<base href>``)."""
+def _tree(page: _Page):
+    """The page's parsed HTML (lxml), or None when it cannot be parsed."""
     import lxml.html
     from lxml.etree import ParserError
 
     try:
-        tree = lxml.html.fromstring(page.body)
+        return lxml.html.fromstring(page.body)
     except (ParserError, ValueError):
+        return None
+
+
+def _robots_directives(tree) -> set[str]:
+    """The lower-case directives of a page's ``<meta name="robots">`` (or ``name="KnowledgeBaseBot"``);
+    ``none`` stands for ``noindex`` and ``nofollow``."""
+    directives: set[str] = set()
+    for element in tree.iter("meta"):
+        if (element.get("name") or "").strip().lower() in ("robots", BOT_NAME.lower()):
+            directives.update(d.strip().lower() for d in (element.get("content") or "").split(","))
+    if "none" in directives:
+        directives |= {"noindex", "nofollow"}
+    return directives
+
+
+def _noindex(page: _Page) -> bool:
+    """Whether the page asks not to be indexed (``<meta name="robots" content="noindex">``)."""
+    tree = _tree(page)
+    return tree is not None and "noindex" in _robots_directives(tree)
+
+
+def _links(page: _Page) -> list[str]:
+    """The normalized absolute URLs of a page's ``<a href>`` links (honouring ``<base href>``);
+    none when its ``<meta name="robots">`` says ``nofollow``."""
+    tree = _tree(page)
+    if tree is None or "nofollow" in _robots_directives(tree):
         return []
     base = page.url
     for element in tree.iter("base"):
@@ -491,12 +548,20 @@ def _links(page: _Page) -> list[str]:
 
 
 def _sitemap_parse(body: bytes) -> tuple[str | None, list[str]]:
-    """(``"urlset"`` or ``"sitemapindex"``, its ``<loc>`` values) of a sitemap; (None, []) for other XML.
+    """(``"urlset"`` or ``"sitemapindex"``, its ``<loc>`` values) of a sitemap, gzipped or not;
+    (None, []) for anything else.
 
     Entities are not resolved and nothing is fetched by the parser.
     """
     from lxml import etree
 
+    if body[:2] == b"\x1f\x8b":  # a gzipped sitemap (sitemap.xml.gz), unpacked to at most MAX_BYTES
+        try:
+            body = gzip.GzipFile(fileobj=io.BytesIO(body)).read(MAX_BYTES + 1)
+        except (OSError, EOFError):
+            return None, []
+        if len(body) > MAX_BYTES:
+            return None, []
     parser = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=False, recover=False)
     try:
         root = etree.fromstring(body.strip(), parser=parser)

@@ -1,5 +1,6 @@
 """The web connector, end to end through the sync service, against a small site served locally."""
 
+import gzip
 from datetime import UTC, datetime
 
 import pytest
@@ -183,6 +184,49 @@ def test_a_crawl_requests_at_most_page_limit_pages(tenant, site):
     assert sum(hits for path, hits in site.hits.items() if path.startswith("/docs/")) == 3
 
 
+def test_a_page_requested_only_for_its_links_that_fails_is_not_counted_as_failed(tenant, site):
+    site.pages["/docs/index.html"] = page("Index", "All the pages of the handbook.", ["guide/a.html", "b.html"])
+    site.pages["/docs/guide/a.html"] = page("A", "The first chapter of the guide.")
+    site.pages["/docs/b.html"] = Response(500, "<h1>Server error</h1>")
+
+    run = source_sync(source=_web_source(tenant, site.url("/docs/index.html"), include=["/docs/guide/*"]))
+
+    assert (run.status, run.new, run.failed, run.errors) == ("done", 1, 0, [])
+    assert site.hits["/docs/b.html"] == 1
+
+
+def test_a_crawl_that_reaches_the_page_limit_keeps_the_known_pages_it_did_not_request(tenant, site):
+    links = [f"/docs/p{i}.html" for i in range(4)]
+    site.pages["/docs/index.html"] = page("Index", "All the pages of the handbook.", links)
+    for i, link in enumerate(links):
+        site.pages[link] = page(f"Page {i}", f"Page number {i} of the handbook.")
+    source = _web_source(tenant, site.url("/docs/index.html"))
+    source_sync(source=source)
+    source.page_limit = 2
+    source.save(update_fields=["page_limit"])
+    site.reset_counts()
+
+    run = source_sync(source=source)
+
+    assert (run.status, run.deleted, run.unchanged) == ("done", 0, 5)
+    assert len(_live(tenant)) == 5
+    assert sum(hits for path, hits in site.hits.items() if path.startswith("/docs/")) == 2
+
+
+def test_a_sitemap_longer_than_the_page_limit_keeps_the_known_pages_past_it(tenant, site):
+    _three_pages(site)
+    source = _web_source(tenant, site.url("/docs/sitemap.xml"))
+    source_sync(source=source)
+    source.page_limit = 1
+    source.save(update_fields=["page_limit"])
+    site.reset_counts()
+
+    run = source_sync(source=source)
+
+    assert (run.status, run.deleted, run.unchanged) == ("done", 0, 3)
+    assert site.hits["/docs/upgrade.html"] == site.hits["/docs/faq.html"] == 0
+
+
 def test_a_crawl_follows_the_links_of_a_page_outside_include_without_storing_it(tenant, site):
     site.pages["/docs/index.html"] = page("Index", "All the pages of the handbook.", ["guide/a.html", "b.html"])
     site.pages["/docs/guide/a.html"] = page("A", "The first chapter of the guide.")
@@ -190,6 +234,38 @@ def test_a_crawl_follows_the_links_of_a_page_outside_include_without_storing_it(
     run = source_sync(source=_web_source(tenant, site.url("/docs/index.html"), include=["/docs/guide/*"]))
     assert (run.status, run.new) == ("done", 1)
     assert _live(tenant) == {site.url("/docs/guide/a.html")}
+
+
+def test_a_page_whose_meta_robots_says_noindex_is_not_stored_and_nofollow_links_are_not_followed(tenant, site):
+    site.pages["/docs/index.html"] = page("Index", "All the pages of the handbook.", ["drafts.html", "a.html"])
+    site.pages["/docs/a.html"] = page("A", "The first chapter of the handbook.")
+    drafts = html_page("Drafts", "Unfinished chapters.", ["draft-1.html"])
+    site.pages["/docs/drafts.html"] = Response(
+        200, drafts.replace("</head>", '<meta name="robots" content="noindex, nofollow"></head>')
+    )
+    site.pages["/docs/draft-1.html"] = page("Draft", "A chapter nobody should read yet.")
+    source = _web_source(tenant, site.url("/docs/index.html"))
+
+    run = source_sync(source=source)
+
+    assert (run.status, run.new) == ("done", 2)
+    assert _live(tenant) == {site.url("/docs/index.html"), site.url("/docs/a.html")}
+    assert site.hits["/docs/drafts.html"] == 1 and site.hits["/docs/draft-1.html"] == 0
+
+
+def test_a_page_that_turns_noindex_is_marked_deleted(tenant, site):
+    _three_pages(site)
+    source = _web_source(tenant, site.url("/docs/sitemap.xml"))
+    source_sync(source=source)
+    faq = html_page("Questions", "Answers about licences, support and the roadmap.")
+    site.pages["/docs/faq.html"] = Response(
+        200, faq.replace("</head>", '<meta name="KnowledgeBaseBot" content="none"></head>')
+    )
+
+    run = source_sync(source=source)
+
+    assert (run.status, run.deleted, run.unchanged) == ("done", 1, 2)
+    assert site.url("/docs/faq.html") not in _live(tenant)
 
 
 def test_a_location_answering_a_sitemap_is_read_as_one(tenant, site):
@@ -243,6 +319,22 @@ def test_a_sitemap_index_is_followed_one_level(tenant, site):
     run = source_sync(source=_web_source(tenant, site.url("/docs/sitemap-index.xml"), exclude=["*/faq.html"]))
     assert (run.status, run.new) == ("done", 2)
     assert site.hits["/docs/faq.html"] == 0
+
+
+def test_a_gzipped_sitemap_and_the_gzipped_sitemaps_of_an_index_are_read(tenant, site):
+    _three_pages(site)
+    listed = site.pages["/docs/sitemap.xml"].body
+    site.pages["/docs/pages.xml.gz"] = Response(
+        200, gzip.compress(listed.encode()), {"Content-Type": "application/gzip"}
+    )
+    index = f"<sitemapindex><sitemap><loc>{site.url('/docs/pages.xml.gz')}</loc></sitemap></sitemapindex>"
+    site.pages["/docs/index.xml.gz"] = Response(
+        200, gzip.compress(index.encode()), {"Content-Type": "application/x-gzip"}
+    )
+
+    run = source_sync(source=_web_source(tenant, site.url("/docs/index.xml.gz")))
+
+    assert (run.status, run.new) == ("done", 3), run.error
 
 
 def test_a_sitemap_lists_its_pages_not_their_images(tenant, site):
