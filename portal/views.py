@@ -470,6 +470,7 @@ class UploadForm(forms.Form):
     def __init__(self, *args, source_names=(), **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["source"].choices = [(n, n) for n in source_names] + [("", "a new source (name it below)")]
+        self.fields["source"].initial = source_names[0] if source_names else ""
 
     def source_name(self) -> str:
         return self.cleaned_data["new_source"].strip() or self.cleaned_data["source"]
@@ -567,7 +568,8 @@ def _job_summary(job: IngestionJob) -> str:
         ]
         documents = sum(result.get(key, 0) for key in ("created", "updated", "unchanged", "duplicate"))
         noun = "document" if documents == 1 else "documents"
-        return f"{documents} {noun} ({', '.join(counts) or 'none'}), {result.get('chunks', 0)} chunks stored"
+        chunks = result.get("chunks", 0)
+        return f"{documents} {noun} ({', '.join(counts) or 'none'}), {chunks} chunk{'' if chunks == 1 else 's'} stored"
     if job.status == IngestionJob.Status.FAILED:
         return job.error
     if job.status == IngestionJob.Status.RUNNING:
@@ -580,14 +582,15 @@ def _job_summary(job: IngestionJob) -> str:
 @tenant_required
 def upload_jobs(request, tenant):
     """The job list of ``?jobs=<ids>`` (the fragment ``portal/_upload_jobs.html``, which polls
-    here every 2 seconds with htmx while a job is waiting or running); a request not made by htmx
-    goes to the Sources page showing the same jobs. The tenant's jobs only: none found is a 404."""
+    here every 2 seconds with htmx while a job is waiting or running, and once all are finished
+    offers to reload the page for the new counts); a request not made by htmx goes to the Sources
+    page showing the same jobs. The tenant's jobs only: none found is a 404."""
     context = _jobs_context(tenant, request.user, _job_ids(request.GET.get("jobs", "")))
     if not context["jobs"]:
         return HttpResponse(format_html('<p class="errorlist" role="alert">{}</p>', "No such upload jobs."), status=404)
     if not getattr(request, "htmx", False):
         return redirect(context["jobs_page_url"])
-    response = render(request, "portal/_upload_jobs.html", context)
+    response = render(request, "portal/_upload_jobs.html", {**context, "polled": True})
     patch_vary_headers(response, ["HX-Request"])
     return response
 

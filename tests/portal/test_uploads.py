@@ -174,6 +174,7 @@ def test_the_job_list_polls_while_a_job_is_pending_and_not_once_all_are_done(cli
     html = client.get(JOBS + query, **HX).content.decode()
     assert "Broken file." in html
     assert "hx-trigger" not in html and "hx-get" not in html and "Refresh" not in html
+    assert f'<a href="{SOURCES}{query}">Reload the page</a>' in html  # for the sources' new counts
     page = client.get(SOURCES + query).content.decode()
     assert POLLING not in page and "http-equiv" not in page
 
