@@ -9,8 +9,8 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from core.models import Membership
-from knowledge.models import Document, IngestionJob, Source, SyncRun
-from tests.factories import MembershipFactory, SourceFactory
+from knowledge.models import AccessRule, Document, IngestionJob, Source, SyncRun
+from tests.factories import DocumentVersionFactory, MembershipFactory, SourceFactory
 
 SOURCES = reverse("portal:sources")
 JOBS = reverse("portal:upload-jobs")
@@ -98,6 +98,24 @@ def test_files_never_go_into_a_connector_source(client, tenant, editor, fields):
     html = response.content.decode()
     assert "does not take uploads" in html or "Select a valid choice" in html
     assert not IngestionJob.objects.exists()
+
+
+def test_an_upload_source_hidden_from_the_editor_is_neither_offered_nor_written_to_nor_its_jobs_shown(
+    client, tenant, editor
+):
+    board = SourceFactory(tenant=tenant, name="board", kind=Source.Kind.UPLOAD)
+    AccessRule.objects.create(tenant=tenant, source=board, user=MembershipFactory(tenant=tenant).user)
+    DocumentVersionFactory(document__source=board, document__title="Minutes")  # what the rule hides
+    minutes = IngestionJob.objects.create(tenant=tenant, source=board, file_name="minutes.md", stored_path="/nowhere")
+    client.force_login(editor)
+
+    page = client.get(f"{SOURCES}?jobs={minutes.pk}")
+    assert [value for value, _ in page.context["upload_form"].fields["source"].choices] == [""]
+    assert "minutes.md" not in page.content.decode()
+    response = client.post(SOURCES, {"files": [md("onboarding.md", ONBOARDING)], "new_source": "board"})
+    assert response.status_code == 400
+    assert "does not take uploads" in response.content.decode()  # the words a folder source gets
+    assert IngestionJob.objects.count() == 1
 
 
 def test_a_refused_file_shows_its_message_and_the_good_file_of_the_same_post_is_stored(
