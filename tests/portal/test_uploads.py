@@ -11,6 +11,7 @@ from django.urls import reverse
 from core.models import Membership
 from knowledge.models import AccessRule, Document, IngestionJob, Source, SyncRun
 from tests.factories import DocumentVersionFactory, MembershipFactory, SourceFactory
+from tests.security.test_headers import inline_code
 
 SOURCES = reverse("portal:sources")
 JOBS = reverse("portal:upload-jobs")
@@ -67,6 +68,7 @@ def test_an_editor_uploads_two_files_in_one_post_and_sees_both_jobs_done(
     assert page.count("1 document (1 new), ") == 2
     assert "onboarding.md" in page and "parking.md" in page
     assert POLLING not in page and "Refresh" not in page  # nothing left to wait for
+    assert 'name="files"' in page and inline_code(page) == []  # the form and the jobs fit the CSP
     documents = Document.objects.for_tenant(tenant).filter(source__name="handouts")
     assert sorted(documents.values_list("title", flat=True)) == ["Onboarding", "Parking"]
     assert documents.first().source.kind == Source.Kind.UPLOAD
@@ -187,6 +189,7 @@ def test_the_job_list_polls_while_a_job_is_pending_and_not_once_all_are_done(cli
     assert f'<a href="{SOURCES}{query}">Refresh</a>' in html  # without JavaScript
     page = client.get(SOURCES + query).content.decode()
     assert POLLING in page and '<noscript><meta http-equiv="refresh" content="3"></noscript>' in page
+    assert inline_code(page) == [] and inline_code(html) == []
 
     IngestionJob.objects.filter(pk=waiting.pk).update(status=IngestionJob.Status.FAILED, error="Broken file.")
     html = client.get(JOBS + query, **HX).content.decode()
