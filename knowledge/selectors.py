@@ -9,7 +9,7 @@ from core.errors import InvalidInput, NotFound, PermissionDenied
 from core.models import Membership, Tenant
 from core.rls import rls_bypass, rls_request_bind
 from knowledge.access import access_scope_get, documents_visible, sources_visible
-from knowledge.models import Chunk, Document, DocumentVersion, IngestionJob, Source
+from knowledge.models import Chunk, Document, DocumentVersion, IngestionJob, Source, SyncRun
 
 
 def membership_for_user(user) -> Membership:
@@ -138,3 +138,40 @@ def source_overview(*, tenant: Tenant, user=None) -> QuerySet[Source]:
         )
         .order_by("name")
     )
+
+
+def upload_source_list(*, tenant: Tenant, user=None) -> QuerySet[Source]:
+    """The tenant's upload sources ``user`` may see, by name: where the portal's upload form may
+    add files (sources filled by hand elsewhere, or kept in sync by a connector, are not offered)."""
+    sources = sources_visible(
+        Source.objects.for_tenant(tenant).filter(kind=Source.Kind.UPLOAD), access_scope_get(tenant=tenant, user=user)
+    )
+    return sources.order_by("name")
+
+
+def ingestion_job_list(*, tenant: Tenant, job_ids: list[int], user=None) -> list[IngestionJob]:
+    """The tenant's ingestion jobs among ``job_ids`` whose source ``user`` may see, in the order
+    of ``job_ids``; other ids (another tenant's, unknown, hidden) are left out."""
+    if not job_ids:
+        return []
+    visible = sources_visible(Source.objects.for_tenant(tenant), access_scope_get(tenant=tenant, user=user))
+    jobs = IngestionJob.objects.for_tenant(tenant).filter(pk__in=job_ids, source__in=visible).select_related("source")
+    by_id = {job.pk: job for job in jobs}
+    return [by_id[job_id] for job_id in dict.fromkeys(job_ids) if job_id in by_id]
+
+
+def source_overview_with_last_sync(*, tenant: Tenant, user=None) -> list[Source]:
+    """``source_overview``, each source also carrying ``last_sync``: its most recent ``SyncRun``
+    (pending, running or finished), or ``None`` if it was never synced (the sources filled by hand)."""
+    sources = list(source_overview(tenant=tenant, user=user))
+    synced = [source.pk for source in sources if source.is_synced]
+    latest = (
+        SyncRun.objects.for_tenant(tenant)
+        .filter(source_id__in=synced)
+        .order_by("source_id", "-created_at", "-id")
+        .distinct("source_id")
+    )
+    runs = {run.source_id: run for run in latest} if synced else {}
+    for source in sources:
+        source.last_sync = runs.get(source.pk)
+    return sources

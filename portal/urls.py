@@ -1,4 +1,5 @@
-"""Portal URLs: sign in and out, ask a question (or stream its answer), read a cited document."""
+"""Portal URLs: sign in and out, ask a question (or stream its answer), read a cited document, see the
+sources and upload files into them."""
 
 from django.contrib.auth import views as auth_views
 from django.urls import path
@@ -23,5 +24,6 @@ urlpatterns = [
     path("conversations/<int:conversation_id>/delete/", views.conversation_remove, name="conversation-delete"),
     path("profile/", views.profile, name="profile"),
     path("sources/", views.sources, name="sources"),
+    path("sources/jobs/", views.upload_jobs, name="upload-jobs"),
     path("documents/<int:document_id>/", views.document_detail, name="document"),
 ]

@@ -18,6 +18,7 @@ from urllib.parse import quote
 
 from django import forms
 from django.conf import global_settings
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
@@ -32,11 +33,16 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from core.errors import ApplicationError, NotFound, PermissionDenied
 from core.memberships import membership_choose, membership_for_request, tenant_for_request
+from knowledge.models import IngestionJob
 from knowledge.selectors import (
     chunk_list_for_version,
     document_get,
+    ingestion_job_list,
     source_overview,
+    source_overview_with_last_sync,
+    upload_source_list,
 )
+from knowledge.services.upload_batches import upload_batch_ingest
 from knowledge.versions import version_diff
 from people.conversations import conversation_ask, conversation_delete
 from people.feedback import MAX_COMMENT_CHARS, feedback_give
@@ -52,6 +58,9 @@ _CITATION = re.compile(r"\[(\d{1,3})\]")
 _VERSION_NUMBER = re.compile(r"[1-9][0-9]{0,8}")
 # Pages of one tenant's objects: after a tenant switch, land on the ask page instead.
 _TENANT_PAGE = re.compile(r"/(documents/|conversations/\d|\?conversation)")
+# ``?jobs=1,2``: the ingestion jobs of one upload (at most this many ids are read).
+_JOB_IDS = re.compile(r"[1-9][0-9]{0,17}")
+_MAX_JOBS_SHOWN = 50
 
 
 class AskForm(forms.Form):
@@ -446,15 +455,144 @@ def profile(request, tenant):
     )
 
 
-@require_GET
+class UploadForm(forms.Form):
+    """Where the upload form's files go: one of the tenant's upload sources, or a new one by name.
+    The files themselves are the request's ``files`` (several), read by ``sources``."""
+
+    source = forms.ChoiceField(label="Upload into", required=False)
+    new_source = forms.CharField(
+        label="New source",
+        max_length=200,
+        required=False,
+        help_text="A name typed here is used instead of the list: a new upload source, or one of the list's.",
+    )
+
+    def __init__(self, *args, source_names=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["source"].choices = [(n, n) for n in source_names] + [("", "a new source (name it below)")]
+        self.fields["source"].initial = source_names[0] if source_names else ""
+
+    def source_name(self) -> str:
+        return self.cleaned_data["new_source"].strip() or self.cleaned_data["source"]
+
+
+@require_http_methods(["GET", "POST"])
 @tenant_required
 def sources(request, tenant):
-    """The tenant's sources with their document and chunk counts and how fresh they are."""
-    return render(
-        request,
-        "portal/sources.html",
-        {"sources": list(source_overview(tenant=tenant, user=request.user)), "tenant": tenant},
-    )
+    """The tenant's sources: their kind, document and chunk counts, how fresh they are and, for
+    the synced ones, their last sync. Editors and above also get the upload form; a POST uploads
+    its files (``knowledge.services.upload_batches``, one job per file) and redirects to
+    ``?jobs=<ids>``, which lists those jobs (``upload_jobs`` refreshes the list while they run).
+    A file refused is reported by name with the reason (the others still upload); a POST from a
+    lesser role is a 403 page."""
+    can_upload = membership_for_request(request, pick_first=True).can_edit
+    if request.method == "POST" and not can_upload:
+        message = "Only editors, admins and owners may upload documents."
+        return render(request, "portal/forbidden.html", {"message": message}, status=403)
+    upload_form = None
+    if can_upload:
+        names = list(upload_source_list(tenant=tenant, user=request.user).values_list("name", flat=True))
+        upload_form = UploadForm(request.POST if request.method == "POST" else None, source_names=names)
+    if request.method == "POST":
+        job_ids = _upload(request, tenant, upload_form)
+        if job_ids:
+            return redirect(_jobs_url("portal:sources", job_ids))
+    context = {
+        "tenant": tenant,
+        "sources": source_overview_with_last_sync(tenant=tenant, user=request.user),
+        "upload_form": upload_form,
+        **_jobs_context(tenant, request.user, _job_ids(request.GET.get("jobs", ""))),
+    }
+    return render(request, "portal/sources.html", context, status=400 if request.method == "POST" else 200)
+
+
+def _upload(request, tenant, form: UploadForm) -> list[int]:
+    """Upload the request's files as ``form`` says; the ids of the jobs made. Each refused file
+    becomes an error message (``django.contrib.messages``, shown after the redirect); a refusal
+    of the whole submission is the form's error."""
+    if not form.is_valid():
+        return []
+    try:
+        outcomes = upload_batch_ingest(
+            tenant=tenant, user=request.user, source_name=form.source_name(), files=request.FILES.getlist("files")
+        )
+    except ApplicationError as exc:
+        form.add_error(None, exc.message)
+        return []
+    for outcome in outcomes:
+        if outcome.error:
+            messages.error(request, outcome.error)
+    job_ids = [outcome.job.pk for outcome in outcomes if outcome.job is not None]
+    if not job_ids:
+        form.add_error(None, "None of the files was uploaded.")
+    return job_ids
+
+
+def _job_ids(value: str) -> list[int]:
+    """The ids in ``?jobs=1,2`` (anything that is not an id is skipped), at most ``_MAX_JOBS_SHOWN``."""
+    ids = [int(part) for part in value.split(",")[:_MAX_JOBS_SHOWN] if _JOB_IDS.fullmatch(part.strip())]
+    return list(dict.fromkeys(ids))
+
+
+def _jobs_url(name: str, job_ids: list[int]) -> str:
+    return f"{reverse(name)}?jobs={','.join(str(i) for i in job_ids)}"
+
+
+def _jobs_context(tenant, user, job_ids: list[int]) -> dict:
+    """What ``portal/_upload_jobs.html`` renders: the tenant's jobs among ``job_ids`` (others are
+    left out), each with a one-line ``summary``, and whether any is still waiting or running."""
+    jobs = ingestion_job_list(tenant=tenant, job_ids=job_ids, user=user)
+    unfinished = (IngestionJob.Status.PENDING, IngestionJob.Status.RUNNING)
+    shown = [job.pk for job in jobs]
+    return {
+        "jobs": [{"job": job, "summary": _job_summary(job)} for job in jobs],
+        "jobs_polling": any(job.status in unfinished for job in jobs),
+        "jobs_page_url": _jobs_url("portal:sources", shown) if shown else "",
+        "jobs_fragment_url": _jobs_url("portal:upload-jobs", shown) if shown else "",
+    }
+
+
+def _job_summary(job: IngestionJob) -> str:
+    """What became of the job: its counts when done, its error when failed, else where it is."""
+    if job.status == IngestionJob.Status.DONE:
+        result = job.result or {}
+        counts = [
+            f"{result[key]} {label}"
+            for key, label in (
+                ("created", "new"),
+                ("updated", "updated"),
+                ("unchanged", "unchanged"),
+                ("duplicate", "duplicate"),
+            )
+            if result.get(key)
+        ]
+        documents = sum(result.get(key, 0) for key in ("created", "updated", "unchanged", "duplicate"))
+        noun = "document" if documents == 1 else "documents"
+        chunks = result.get("chunks", 0)
+        return f"{documents} {noun} ({', '.join(counts) or 'none'}), {chunks} chunk{'' if chunks == 1 else 's'} stored"
+    if job.status == IngestionJob.Status.FAILED:
+        return job.error
+    if job.status == IngestionJob.Status.RUNNING:
+        stage = (job.progress or {}).get("stage")
+        return f"Working: {stage}" if stage else "Working"
+    return job.error or "Waiting for a worker"
+
+
+@require_GET
+@tenant_required
+def upload_jobs(request, tenant):
+    """The job list of ``?jobs=<ids>`` (the fragment ``portal/_upload_jobs.html``, which polls
+    here every 2 seconds with htmx while a job is waiting or running, and once all are finished
+    offers to reload the page for the new counts); a request not made by htmx goes to the Sources
+    page showing the same jobs. The tenant's jobs only: none found is a 404."""
+    context = _jobs_context(tenant, request.user, _job_ids(request.GET.get("jobs", "")))
+    if not context["jobs"]:
+        return HttpResponse(format_html('<p class="errorlist" role="alert">{}</p>', "No such upload jobs."), status=404)
+    if not getattr(request, "htmx", False):
+        return redirect(context["jobs_page_url"])
+    response = render(request, "portal/_upload_jobs.html", {**context, "polled": True})
+    patch_vary_headers(response, ["HX-Request"])
+    return response
 
 
 @require_GET
