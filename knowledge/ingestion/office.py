@@ -34,7 +34,7 @@ from datetime import date, datetime, time
 from pathlib import Path
 
 from core.errors import InvalidInput
-from knowledge.ingestion.readers import ReadDocument, locate_sections, normalize_text
+from knowledge.ingestion.documents import ReadDocument, locate_sections, normalize_text
 
 logger = logging.getLogger(__name__)
 

@@ -13,8 +13,6 @@ import codecs
 import io
 import json
 import re
-import unicodedata
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -22,6 +20,8 @@ from django.utils.dateparse import parse_date, parse_datetime
 from django.utils.timezone import make_aware
 
 from core.errors import InvalidInput, UnsupportedFileType
+from knowledge.ingestion.documents import ReadDocument, Section, locate_sections, normalize_text
+from knowledge.ingestion.office import read_office
 
 SUPPORTED_EXTENSIONS = (
     ".txt",
@@ -38,43 +38,8 @@ SUPPORTED_EXTENSIONS = (
     ".odt",
     ".epub",
 )
-# Zip-based formats read by ``knowledge.ingestion.office`` (imported when first needed).
+# Zip-based formats read by ``knowledge.ingestion.office``.
 OFFICE_EXTENSIONS = (".docx", ".pptx", ".xlsx", ".odt", ".epub")
-
-
-@dataclass
-class Section:
-    """A heading and the character offset where its content starts in the normalized text."""
-
-    heading: str
-    start: int
-
-
-@dataclass
-class ReadDocument:
-    """A document as read from a file, before storage.
-
-    ``text`` is normalized (NFC, ``\\n`` line ends, no trailing spaces, at most one blank line);
-    ``sections`` are in ascending ``start`` order.
-    """
-
-    external_id: str
-    title: str
-    text: str
-    uri: str = ""
-    published_at: datetime | None = None
-    metadata: dict = field(default_factory=dict)
-    sections: list[Section] = field(default_factory=list)
-
-
-def normalize_text(text: str) -> str:
-    """Normalize text for hashing and chunking: NFC, ``\\n`` line ends, trimmed lines and blanks."""
-    text = unicodedata.normalize("NFC", text).replace("\r\n", "\n").replace("\r", "\n")
-    text = text.replace("\x00", "")
-    lines = [line.rstrip() for line in text.split("\n")]
-    text = "\n".join(lines)
-    text = re.sub(r"\n{3,}", "\n\n", text)
-    return text.strip()
 
 
 _UTF16_BOMS = ((codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
@@ -140,8 +105,6 @@ def read_bytes(
     if suffix == ".pdf":
         docs = [_read_pdf(data, name=name, external_id=external_id, uri=uri)]
     elif suffix in OFFICE_EXTENSIONS:
-        from knowledge.ingestion.office import read_office
-
         docs = [read_office(data, name=name, external_id=external_id, uri=uri)]
     elif suffix == ".jsonl":
         docs = _read_jsonl(decode_text(data, name=name), name=name)
@@ -177,28 +140,6 @@ def read_path(
     external_id = str(relative.with_suffix("")) if path.suffix.lower() != ".jsonl" else str(relative)
     uri = f"{uri_prefix}{relative.with_suffix('')}" if uri_prefix else str(path)
     return read_bytes(path.read_bytes(), name=path.name, external_id=external_id, uri=uri, fmt=fmt)
-
-
-def locate_sections(text: str, headings: list[str], *, whole_lines: bool = False) -> list[Section]:
-    """Sections for ``headings`` (in reading order) found in the normalized ``text``.
-
-    Each heading is looked for after the previous one found; one not found is left out. With
-    ``whole_lines`` a heading is first looked for as a line of its own (readers that put every
-    heading on its own line), so a mention of it in the text before is not taken for it.
-    """
-    sections: list[Section] = []
-    cursor = 0
-    for heading in headings:
-        position = -1
-        if heading and whole_lines:
-            match = re.compile(rf"^{re.escape(heading)}$", re.MULTILINE).search(text, cursor)
-            position = match.start() if match else -1
-        if heading and position < 0:
-            position = text.find(heading, cursor)
-        if position >= 0:
-            sections.append(Section(heading=heading, start=position))
-            cursor = position + len(heading)
-    return sections
 
 
 def _title_from(text: str, fallback: str) -> str:
