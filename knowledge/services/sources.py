@@ -48,15 +48,19 @@ def duration_parse(value) -> timedelta | None:
         return None
     if isinstance(value, timedelta):
         return value
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return timedelta(seconds=value)
-    match = _DURATION.match(str(value))
-    if not match:
-        raise InvalidInput(
-            f"sync_every must be a duration such as 30m, 1h, 1d or 1w (or off), not {str(value)[:40]!r}.",
-            code="invalid_sync_every",
-        )
-    return timedelta(**{_UNITS[match[2]]: float(match[1])})
+    invalid = InvalidInput(
+        f"sync_every must be a duration such as 30m, 1h, 1d or 1w (or off), not {str(value)[:40]!r}.",
+        code="invalid_sync_every",
+    )
+    try:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return timedelta(seconds=value)
+        match = _DURATION.match(str(value))
+        if not match:
+            raise invalid
+        return timedelta(**{_UNITS[match[2]]: float(match[1])})
+    except (OverflowError, ValueError):  # longer than timedelta holds, or NaN
+        raise invalid from None
 
 
 def _globs(value, field: str) -> list[str]:
