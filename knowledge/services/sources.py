@@ -77,7 +77,8 @@ def _globs(value, field: str) -> list[str]:
 
 def _check(source: Source) -> None:
     """Check ``source``'s fields (module docstring); ``InvalidInput`` naming the first bad one."""
-    if not source.name.strip():
+    source.name = (source.name or "").strip()  # as source_create does, so an update cannot add spaces
+    if not source.name:
         raise InvalidInput("A source needs a name.")
     if len(source.name) > 200:
         raise InvalidInput("A source's name has at most 200 characters.")

@@ -237,3 +237,24 @@ def test_the_runs_list_is_newest_first_and_limited(folder_source, tenant, member
         "id", "trigger", "status", "new", "updated", "unchanged", "deleted", "failed", "errors", "error",
         "progress", "created_at", "started_at", "finished_at",
     }  # fmt: skip
+
+
+def test_a_folder_that_is_gone_fails_the_run_with_the_reason_and_changes_nothing(
+    tenant, admin_client, tmp_path, django_capture_on_commit_callbacks
+):
+    gone = Source.objects.create(
+        tenant=tenant, name="gone", kind=Source.Kind.FOLDER, location=str(tmp_path / "nowhere")
+    )
+    response = sync(admin_client, gone.pk, django_capture_on_commit_callbacks)
+    assert response.status_code == 202
+    [run] = admin_client.get(f"/api/v1/sources/{gone.pk}/runs/").json()["results"]
+    assert run["status"] == "failed" and "no such folder" in run["error"] and run["finished_at"]
+    last = admin_client.get("/api/v1/sources/").json()["results"][0]["last_run"]
+    assert (last["id"], last["status"], last["counts"]["new"]) == (run["id"], "failed", 0)
+    assert last["error"] == run["error"]
+    assert admin_client.get(f"/api/v1/sources/{gone.pk}/").json()["last_synced_at"] is None
+
+
+def test_a_renamed_source_keeps_no_surrounding_spaces(folder_source, admin_client):
+    response = admin_client.patch(f"/api/v1/sources/{folder_source.pk}/", {"name": "  kitchen  "}, format="json")
+    assert response.json()["name"] == "kitchen"
