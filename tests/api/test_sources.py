@@ -258,3 +258,11 @@ def test_a_folder_that_is_gone_fails_the_run_with_the_reason_and_changes_nothing
 def test_a_renamed_source_keeps_no_surrounding_spaces(folder_source, admin_client):
     response = admin_client.patch(f"/api/v1/sources/{folder_source.pk}/", {"name": "  kitchen  "}, format="json")
     assert response.json()["name"] == "kitchen"
+
+
+def test_a_restricted_source_without_documents_yet_is_left_out_too(tenant, member_client, admin_client, folder):
+    private = Source.objects.create(tenant=tenant, name="private", kind=Source.Kind.FOLDER, location=str(folder))
+    access_rule_grant(tenant=tenant, source=private, user=MembershipFactory(tenant=tenant).user)
+    assert member_client.get("/api/v1/sources/").json()["results"] == []
+    assert member_client.get(f"/api/v1/sources/{private.pk}/").status_code == 404
+    assert [s["name"] for s in admin_client.get("/api/v1/sources/").json()["results"]] == ["private"]
