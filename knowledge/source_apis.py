@@ -10,6 +10,7 @@ a 404 for everyone: an id reveals nothing. Views are thin: checks live in
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import timedelta
 
@@ -32,6 +33,8 @@ MANAGING_ROLES = (Membership.Role.OWNER, Membership.Role.ADMIN)
 
 # Bounds of the database columns, so an oversized number is a 400 rather than a database error.
 _MAX_POSITIVE_INT = 2_147_483_647
+# sync_every as a string of (ASCII) digits: seconds, as a JSON number would be.
+_SECONDS = re.compile(r"\d+(?:\.\d+)?", re.ASCII)
 
 
 def _admin_membership(request) -> Membership:
@@ -68,7 +71,7 @@ class ScheduleField(serializers.Field):
         super().__init__(**kwargs)
 
     def to_internal_value(self, data) -> timedelta | None:
-        if isinstance(data, str) and data.strip().replace(".", "", 1).isdigit():
+        if isinstance(data, str) and _SECONDS.fullmatch(data.strip()):
             data = float(data.strip())
         return duration_parse(data)
 

@@ -174,6 +174,8 @@ def test_sync_every_is_given_in_seconds_or_as_a_duration_and_shown_in_seconds(fo
     url = f"/api/v1/sources/{folder_source.pk}/"
     assert admin_client.patch(url, {"sync_every": "30m"}, format="json").json()["sync_every"] == 1800
     assert admin_client.patch(url, {"sync_every": 86400}, format="json").json()["sync_every"] == 86400
+    assert admin_client.patch(url, {"sync_every": "7200"}, format="json").json()["sync_every"] == 7200
+    assert admin_client.patch(url, {"sync_every": "²"}, format="json").status_code == 400
     assert admin_client.patch(url, {"sync_every": None}, format="json").json()["sync_every"] is None
 
 
