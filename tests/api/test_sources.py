@@ -268,3 +268,18 @@ def test_a_restricted_source_without_documents_yet_is_left_out_too(tenant, membe
     assert member_client.get("/api/v1/sources/").json()["results"] == []
     assert member_client.get(f"/api/v1/sources/{private.pk}/").status_code == 404
     assert [s["name"] for s in admin_client.get("/api/v1/sources/").json()["results"]] == ["private"]
+
+
+@pytest.mark.parametrize("query", ["limit=99999999999999999999", "offset=99999999999999999999", "limit=-1&offset=-5"])
+def test_a_huge_or_negative_limit_lists_sources_and_runs_instead_of_failing(folder_source, member_client, query):
+    assert member_client.get(f"/api/v1/sources/?{query}").status_code == 200
+    assert member_client.get(f"/api/v1/sources/{folder_source.pk}/runs/?{query}").status_code == 200
+
+
+def test_the_runs_list_gives_at_most_a_hundred_runs_a_page(folder_source, tenant, member_client):
+    SyncRun.objects.bulk_create(
+        SyncRun(tenant=tenant, source=folder_source, status=SyncRun.Status.DONE) for _ in range(101)
+    )
+    url = f"/api/v1/sources/{folder_source.pk}/runs/"
+    assert len(member_client.get(url).json()["results"]) == 20
+    assert len(member_client.get(f"{url}?limit=500").json()["results"]) == 100
