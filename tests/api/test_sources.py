@@ -283,3 +283,14 @@ def test_the_runs_list_gives_at_most_a_hundred_runs_a_page(folder_source, tenant
     url = f"/api/v1/sources/{folder_source.pk}/runs/"
     assert len(member_client.get(url).json()["results"]) == 20
     assert len(member_client.get(f"{url}?limit=500").json()["results"]) == 100
+
+
+def test_a_sync_asked_while_one_is_going_on_returns_that_run(
+    folder_source, tenant, admin_client, django_capture_on_commit_callbacks
+):
+    running = SyncRun.objects.create(tenant=tenant, source=folder_source, status=SyncRun.Status.RUNNING)
+    response = sync(admin_client, folder_source.pk, django_capture_on_commit_callbacks)
+    assert response.status_code == 202
+    assert (response.json()["id"], response.json()["status"]) == (running.pk, "running")
+    assert response["Location"] == f"/api/v1/sources/{folder_source.pk}/runs/{running.pk}/"
+    assert SyncRun.objects.filter(source=folder_source).count() == 1
