@@ -3,6 +3,13 @@
 from django.urls import include, path
 
 from knowledge.apis import DocumentDetailApi, DocumentListApi, JobDetailApi
+from knowledge.source_apis import (
+    SourceDetailApi,
+    SourceListApi,
+    SourceRunDetailApi,
+    SourceRunListApi,
+    SourceSyncApi,
+)
 from people.apis import CitationOpenApi, ConversationDetailApi, ConversationListApi, FeedbackApi, ProfileApi
 from retrieval.apis import AskApi, SearchApi
 from retrieval.stream_apis import AskStreamApi
@@ -14,6 +21,11 @@ urlpatterns = [
     path("documents/", DocumentListApi.as_view(), name="document-list"),
     path("documents/<int:document_id>/", DocumentDetailApi.as_view(), name="document-detail"),
     path("jobs/<int:job_id>/", JobDetailApi.as_view(), name="job-detail"),
+    path("sources/", SourceListApi.as_view(), name="source-list"),
+    path("sources/<int:source_id>/", SourceDetailApi.as_view(), name="source-detail"),
+    path("sources/<int:source_id>/sync/", SourceSyncApi.as_view(), name="source-sync"),
+    path("sources/<int:source_id>/runs/", SourceRunListApi.as_view(), name="source-run-list"),
+    path("sources/<int:source_id>/runs/<int:run_id>/", SourceRunDetailApi.as_view(), name="source-run-detail"),
     path("search/", SearchApi.as_view(), name="search"),
     path("ask/", AskApi.as_view(), name="ask"),
     path("ask/stream/", AskStreamApi.as_view(), name="ask-stream"),

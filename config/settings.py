@@ -284,6 +284,13 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Ingest a team's documents; search them and ask questions with cited answers.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # One name per choice set that several components share (ingestion jobs and sync runs share
+    # their statuses; a source's kind is in its input and output).
+    "ENUM_NAME_OVERRIDES": {
+        "SourceKindEnum": "knowledge.models.Source.Kind",
+        "RunStatusEnum": "knowledge.models.SyncRun.Status",
+        "KindEnum": ["body", "summary"],  # a search result's chunk kind
+    },
     # The schema and its docs page need a signed-in user or a token unless KB_PUBLIC_API_DOCS.
     "SERVE_PERMISSIONS": [
         "rest_framework.permissions.AllowAny"

@@ -161,8 +161,9 @@ def documents_visible(documents: QuerySet, scope: AccessScope | None, *, path: s
 
 
 def sources_visible(sources: QuerySet[Source], scope: AccessScope | None) -> QuerySet[Source]:
-    """``sources`` without the restricted ones ``scope`` is not granted."""
-    if scope is None or not scope.restricts:
+    """``sources`` without the restricted ones ``scope`` is not granted (also a restricted source
+    with no document yet, which ``denied_versions`` cannot tell)."""
+    if scope is None or scope.sees_all or not scope.has_rules:
         return sources
     return sources.exclude(pk__in=_denied_ids(scope, "source"))
 

@@ -175,3 +175,50 @@ def source_overview_with_last_sync(*, tenant: Tenant, user=None) -> list[Source]
     for source in sources:
         source.last_sync = runs.get(source.pk)
     return sources
+
+
+# ---- sources and their sync runs (the sources API) ------------------------------------------
+
+
+def _sources_with_counts(*, tenant: Tenant, user=None) -> QuerySet[Source]:
+    """The tenant's sources ``user`` may see, each with ``document_count`` (its live documents
+    ``user`` may see) and ``last_runs`` (a list holding its newest sync run, or empty)."""
+    scope = access_scope_get(tenant=tenant, user=user)
+    live = documents_visible(Document.objects.filter(deleted_at__isnull=True), scope)
+    count = live.filter(source=OuterRef("pk")).order_by().values("source").annotate(n=Count("id")).values("n")[:1]
+    newest = SyncRun.objects.order_by("-created_at", "-id")[:1]
+    return (
+        sources_visible(Source.objects.for_tenant(tenant), scope)
+        .annotate(document_count=Coalesce(Subquery(count), 0, output_field=IntegerField()))
+        .prefetch_related(Prefetch("sync_runs", queryset=newest, to_attr="last_runs"))
+    )
+
+
+def source_list(*, tenant: Tenant, user=None) -> QuerySet[Source]:
+    """The tenant's sources ``user`` may see (``knowledge.access``; all without a user), by name,
+    each with ``document_count`` (live documents ``user`` may see) and ``last_runs`` (its newest
+    sync run in a list, empty if it never ran)."""
+    return _sources_with_counts(tenant=tenant, user=user).order_by("name", "id")
+
+
+def source_get(*, tenant: Tenant, source_id: int, user=None) -> Source:
+    """One of the tenant's sources, annotated as in ``source_list``; ``NotFound`` otherwise, also
+    when ``user`` may not see it (the same error: an id reveals nothing)."""
+    source = _sources_with_counts(tenant=tenant, user=user).filter(pk=source_id).first()
+    if source is None:
+        raise NotFound(f"Source {source_id} not found.")
+    return source
+
+
+def sync_run_list(*, tenant: Tenant, source_id: int) -> QuerySet[SyncRun]:
+    """The sync runs of the tenant's source ``source_id``, newest first (empty for another tenant's)."""
+    return SyncRun.objects.for_tenant(tenant).filter(source_id=source_id).order_by("-created_at", "-id")
+
+
+def source_sync_run_get(*, tenant: Tenant, source_id: int, run_id: int) -> SyncRun:
+    """Sync run ``run_id`` of the tenant's source ``source_id``; ``NotFound`` otherwise (also for a
+    run of another source)."""
+    run = sync_run_list(tenant=tenant, source_id=source_id).filter(pk=run_id).first()
+    if run is None:
+        raise NotFound(f"Sync run {run_id} not found.")
+    return run

@@ -51,15 +51,19 @@ def duration_parse(value) -> timedelta | None:
         return None
     if isinstance(value, timedelta):
         return value
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return timedelta(seconds=value)
-    match = _DURATION.match(str(value))
-    if not match:
-        raise InvalidInput(
-            f"sync_every must be a duration such as 30m, 1h, 1d or 1w (or off), not {str(value)[:40]!r}.",
-            code="invalid_sync_every",
-        )
-    return timedelta(**{_UNITS[match[2]]: float(match[1])})
+    invalid = InvalidInput(
+        f"sync_every must be a duration such as 30m, 1h, 1d or 1w (or off), not {str(value)[:40]!r}.",
+        code="invalid_sync_every",
+    )
+    try:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return timedelta(seconds=value)
+        match = _DURATION.match(str(value))
+        if not match:
+            raise invalid
+        return timedelta(**{_UNITS[match[2]]: float(match[1])})
+    except (OverflowError, ValueError):  # longer than timedelta holds, or NaN
+        raise invalid from None
 
 
 def _globs(value, field: str) -> list[str]:
@@ -81,7 +85,8 @@ def source_check(source: Source) -> None:
     strings, ``sync_every`` as a ``timedelta`` or ``None``. Saves nothing; ``source_create``,
     ``source_update`` and the admin's source form call it, so every way in agrees.
     """
-    if not source.name.strip():
+    source.name = (source.name or "").strip()  # as source_create does, so an update cannot add spaces
+    if not source.name:
         raise InvalidInput("A source needs a name.")
     if len(source.name) > 200:
         raise InvalidInput("A source's name has at most 200 characters.")

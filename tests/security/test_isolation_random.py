@@ -10,8 +10,8 @@ seed is printed; rerun one with ``KB_ISOLATION_SEED=<seed>``.
 Users: every role of each tenant, a member in the restricted group, a member granted the restricted
 document, and ``roamer``, a member of both tenants (who asks with ``X-Tenant``). Each user also
 calls the API with a membership token of their own, and names the other tenant in ``X-Tenant``.
-Objects: documents (ids, versions and diffs), sources (filters and profile preferences),
-conversations (read, continue, unfold, delete), traces (read, feedback, citation opens, portal
+Objects: documents (ids, versions and diffs), sources (filters, profile preferences, the sources
+API and sync runs), conversations (read, continue, unfold, delete), traces (read, feedback, citation opens, portal
 citation links), feedback (admin), jobs, retrieval-settings changes (read, override), tenants
 (switcher). The portal is tried plain and as htmx (``HX-Request``) for the fragment views.
 
@@ -38,7 +38,7 @@ from django.urls import reverse
 from core.memberships import membership_token_create
 from core.models import Membership, Tenant
 from core.tenancy import TenantScopedQuerySet
-from knowledge.models import IngestionJob
+from knowledge.models import IngestionJob, SyncRun
 from people.models import Conversation, Feedback
 from quality.models import ConfigChange
 from retrieval.filters import RetrievalFilter
@@ -90,6 +90,7 @@ def worlds(db):
         IngestionJob.objects.create(
             tenant=world.tenant, source=world.sources["board"], file_name="board.md", stored_path="/nonexistent"
         )
+        SyncRun.objects.create(tenant=world.tenant, source=world.sources["board"], status=SyncRun.Status.DONE, new=1)
         ConfigChange.objects.create(tenant=world.tenant, status=ConfigChange.Status.REFUSED)
         roaming = client_for(roamer)
         answer = roaming.post(
@@ -162,6 +163,8 @@ def object_ids(worlds):
         "conversation": list(Conversation.objects.values_list("pk", flat=True)),
         "feedback": list(Feedback.objects.values_list("pk", flat=True)),
         "job": list(IngestionJob.objects.values_list("pk", flat=True)),
+        "source_id": sorted(s.pk for w in worlds.values() for s in w.sources.values()),
+        "run": list(SyncRun.objects.values_list("source_id", "pk")),
         "document": [d.pk for w in worlds.values() for d in w.documents.values()],
         "source": sorted({name for w in worlds.values() for name in w.sources}),
         "change": list(ConfigChange.objects.values_list("pk", flat=True)),
@@ -194,6 +197,15 @@ def api_probes(p: Probe, ids: dict) -> list:
         probes.append((f"GET document {pk}", lambda pk=pk: api.get(f"/api/v1/documents/{pk}/")))
     for pk in ids["job"]:
         probes.append((f"GET job {pk}", lambda pk=pk: api.get(f"/api/v1/jobs/{pk}/")))
+    probes.append(("GET sources", lambda: api.get("/api/v1/sources/?limit=200")))
+    for pk in ids["source_id"]:
+        probes.append((f"GET source {pk}", lambda pk=pk: api.get(f"/api/v1/sources/{pk}/")))
+        probes.append((f"GET source {pk} runs", lambda pk=pk: api.get(f"/api/v1/sources/{pk}/runs/")))
+        # The worlds' sources are filled by hand: a sync is refused (400, 403 or 404) and changes nothing.
+        probes.append((f"POST sync source {pk}", lambda pk=pk: api.post(f"/api/v1/sources/{pk}/sync/", {})))
+    for source_id, pk in ids["run"]:
+        url = f"/api/v1/sources/{source_id}/runs/{pk}/"
+        probes.append((f"GET sync run {pk}", lambda u=url: api.get(u)))
     # Every source filter; each with a random mode (a mode each filter in turn would triple the runs).
     for sources in [[], *[[n] for n in ids["source"]]]:
         body = {"query": rng.choice(QUESTIONS), "k": 50, "mode": rng.choice(MODES), "sources": sources}
@@ -244,6 +256,7 @@ def api_probes(p: Probe, ids: dict) -> list:
     body = {"query": rng.choice(QUESTIONS), "k": 50, "mode": rng.choice(MODES)}
     probes.append((f"token POST search {body}", lambda: token.post("/api/v1/search/", body, format="json")))
     probes.append(("token GET conversations", lambda: token.get("/api/v1/conversations/")))
+    probes.append(("token GET sources", lambda: token.get("/api/v1/sources/?limit=200")))
     # (The roamer belongs to both tenants: their own user token may name either.)
     namers = [(token, "token")] + ([(api, "user token")] if p.who != "roamer" else [])
     for client, label in namers:

@@ -24,7 +24,7 @@ from rest_framework.test import APIClient
 
 from core.models import Membership, Tenant
 from knowledge.ingestion.readers import ReadDocument
-from knowledge.models import Chunk, Document, IngestionJob, Source
+from knowledge.models import Chunk, Document, IngestionJob, Source, SyncRun
 from knowledge.services import documents_ingest
 from quality.models import ConfigChange
 from retrieval.models import Trace
@@ -67,7 +67,8 @@ def test_a_huge_or_negative_limit_and_offset_list_documents_instead_of_failing(c
 
 
 @pytest.mark.parametrize(
-    "path", ["/api/v1/search/", "/api/v1/ask/", "/api/v1/ask/stream/", "/api/v1/settings/retrieval/"]
+    "path",
+    ["/api/v1/search/", "/api/v1/ask/", "/api/v1/ask/stream/", "/api/v1/settings/retrieval/", "/api/v1/sources/"],
 )
 def test_a_json_body_nested_100000_levels_deep_is_a_400(corpus, admin_client, path):
     for body in ("[" * 100_000 + "]" * 100_000, '{"a":' * 100_000 + "1" + "}" * 100_000):
@@ -283,6 +284,8 @@ def tenant_a(corpus, admin_member, django_capture_on_commit_callbacks):
     answer = a_client.post("/api/v1/ask/", {"question": "how long to cook pasta"}, format="json").json()
     change = a_client.post("/api/v1/settings/retrieval/", {"config": {"fusion": "rrf"}}, format="json").json()
     document = Document.objects.get(tenant=corpus, external_id="a-private.md")
+    source = Source.objects.get(tenant=corpus, name="uploads")
+    run = SyncRun.objects.create(tenant=corpus, source=source, status=SyncRun.Status.DONE, new=1)
     return {
         "tenant": corpus,
         "document": document.pk,
@@ -291,6 +294,8 @@ def tenant_a(corpus, admin_member, django_capture_on_commit_callbacks):
         "job": job["id"],
         "trace": answer["trace_id"],
         "change": change["id"],
+        "source": source.pk,
+        "run": run.pk,
     }
 
 
@@ -315,6 +320,12 @@ def test_tenant_b_cannot_read_or_delete_tenant_as_objects_through_any_api_endpoi
         ("get", f"/api/v1/traces/{tenant_a['trace']}/"),
         ("get", f"/api/v1/settings/retrieval/changes/{tenant_a['change']}/"),
         ("post", f"/api/v1/settings/retrieval/changes/{tenant_a['change']}/override/"),
+        ("get", f"/api/v1/sources/{tenant_a['source']}/"),
+        ("patch", f"/api/v1/sources/{tenant_a['source']}/"),
+        ("delete", f"/api/v1/sources/{tenant_a['source']}/"),
+        ("post", f"/api/v1/sources/{tenant_a['source']}/sync/"),
+        ("get", f"/api/v1/sources/{tenant_a['source']}/runs/"),
+        ("get", f"/api/v1/sources/{tenant_a['source']}/runs/{tenant_a['run']}/"),
     ]
     for method, url in probes:
         response = getattr(b, method)(url)
@@ -322,7 +333,9 @@ def test_tenant_b_cannot_read_or_delete_tenant_as_objects_through_any_api_endpoi
         assert b"4711" not in response.content and b"a-private" not in response.content
     listed = b.get("/api/v1/documents/?limit=1000").json()
     assert listed["count"] == 0
+    assert b.get("/api/v1/sources/").json()["count"] == 0
     assert Document.objects.filter(pk=tenant_a["document"]).exists()
+    assert Source.objects.filter(pk=tenant_a["source"]).exists()
 
 
 def test_tenant_b_search_and_ask_never_return_tenant_as_chunks(tenant_a, tenant_b_admin):
