@@ -135,6 +135,9 @@ CELERY_TASK_TIME_LIMIT = env_int("KB_TASK_TIME_LIMIT", 3600, minimum=10)
 # worker lives; once it runs out (the worker died), a redelivered or retried task, or the recovery
 # task (Celery beat, every lease), takes the job over.
 KB_JOB_LEASE_S = env_int("KB_JOB_LEASE_S", 60, minimum=3)
+# After an ingestion, the tables it grew are vacuumed and analyzed in the background once this
+# many seconds have passed (ingestions within that window share one upkeep).
+KB_MAINTAIN_DELAY_S = env_int("KB_MAINTAIN_DELAY_S", 30, minimum=0)
 # A job started this many times without finishing (its worker keeps dying) is marked failed.
 KB_JOB_MAX_ATTEMPTS = env_int("KB_JOB_MAX_ATTEMPTS", 5, minimum=1)
 # Retries of a job after a temporary failure (database unreachable, embedding endpoint down),

@@ -18,6 +18,7 @@ from knowledge import task_names
 from knowledge.dedup.services import near_duplicates_refresh
 from knowledge.enrichment.services import chunks_enrich
 from knowledge.models import IngestionJob, SyncRun
+from knowledge.services.maintenance import tables_maintain
 from knowledge.services.sync import SyncBusy, sources_sync_due, sync_run_execute
 from knowledge.services.uploads import (
     TRANSIENT_ERRORS,
@@ -165,3 +166,10 @@ def sources_sync_due_task() -> list[int]:
     Spans every tenant's sources, so it runs as the owner; each run then runs in its own
     tenant's context."""
     return sources_sync_due()
+
+
+@shared_task(name=task_names.TABLES_MAINTAIN, time_limit=1800)
+def tables_maintain_task() -> dict:
+    """``VACUUM (ANALYZE)`` the tables ingestions grow (``knowledge.services.maintenance``);
+    queued, batched, after ingestions. Shared tables, so it runs as the owner."""
+    return tables_maintain()

@@ -42,6 +42,7 @@ from knowledge.enrichment.services import enrichment_enqueue
 from knowledge.ingestion.readers import SUPPORTED_EXTENSIONS, ReadDocument, read_path
 from knowledge.ingestion.splitters import Span, Splitter, get_splitter
 from knowledge.models import Chunk, Document, DocumentVersion, Source
+from knowledge.services.maintenance import tables_maintain_enqueue
 from knowledge.services.versions import versions_prune
 from knowledge.summaries.services import summaries_enqueue
 from knowledge.vector_index import tenant_vector_index_ensure, vector_index_ensure
@@ -204,6 +205,8 @@ def documents_ingest(
         # Fresh planner statistics, so the first searches after a bulk load get good plans.
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE knowledge_chunk, knowledge_posting, knowledge_termstatistic")
+    if report.counts()["chunks"]:
+        tables_maintain_enqueue()  # VACUUM (ANALYZE) in the background, so fresh rows read fast
     tenant_vector_index_ensure(tenant_id=tenant.pk, embedder_key=embedder_key)  # own HNSW index once large
     near_duplicates_enqueue(tenant=tenant, report=report)
     enrichment_enqueue(tenant=tenant, report=report)
