@@ -41,22 +41,24 @@ class IngestionJobTask(Task):
                 ingestion_job_fail(job_id=job_id, message=f"The job gave up after {self.request.retries} retries.")
 
 
-@shared_task(
-    name=task_names.INGESTION_JOB,
-    bind=True,
-    base=IngestionJobTask,
-    acks_late=True,
+# Options of the tasks that run a row under a lease (ingestion jobs, sync runs).
+LEASED_TASK = {
+    "bind": True,
+    "acks_late": True,
     # A worker process killed mid-task (SIGKILL, out of memory) gets its message back to the
-    # queue; the job's lease, then its attempts cap (KB_JOB_MAX_ATTEMPTS), decide what runs.
-    reject_on_worker_lost=True,
-    autoretry_for=TRANSIENT_ERRORS,
-    max_retries=settings.KB_JOB_MAX_RETRIES,
-    retry_backoff=True,
-    retry_backoff_max=settings.KB_JOB_RETRY_BACKOFF_MAX_S,
-    retry_jitter=True,
-    time_limit=settings.CELERY_TASK_TIME_LIMIT,
-    soft_time_limit=max(settings.CELERY_TASK_TIME_LIMIT - 30, 10),
-)
+    # queue; the row's lease (and a job's attempts cap, KB_JOB_MAX_ATTEMPTS) decide what runs.
+    "reject_on_worker_lost": True,
+    "autoretry_for": TRANSIENT_ERRORS,
+    "max_retries": settings.KB_JOB_MAX_RETRIES,
+    "retry_backoff": True,
+    "retry_backoff_max": settings.KB_JOB_RETRY_BACKOFF_MAX_S,
+    "retry_jitter": True,
+    "time_limit": settings.CELERY_TASK_TIME_LIMIT,
+    "soft_time_limit": max(settings.CELERY_TASK_TIME_LIMIT - 30, 10),
+}
+
+
+@shared_task(name=task_names.INGESTION_JOB, base=IngestionJobTask, **LEASED_TASK)
 def ingestion_job_task(self, job_id: int) -> str:
     """Run ingestion job ``job_id``; returns its final status (``"missing"`` if it was deleted).
 
@@ -129,19 +131,7 @@ def summaries_task(tenant_id: int) -> dict:
         return summaries_refresh(tenant_id=tenant_id)
 
 
-@shared_task(
-    name=task_names.SOURCE_SYNC,
-    bind=True,
-    acks_late=True,
-    reject_on_worker_lost=True,
-    autoretry_for=TRANSIENT_ERRORS,
-    max_retries=settings.KB_JOB_MAX_RETRIES,
-    retry_backoff=True,
-    retry_backoff_max=settings.KB_JOB_RETRY_BACKOFF_MAX_S,
-    retry_jitter=True,
-    time_limit=settings.CELERY_TASK_TIME_LIMIT,
-    soft_time_limit=max(settings.CELERY_TASK_TIME_LIMIT - 30, 10),
-)
+@shared_task(name=task_names.SOURCE_SYNC, **LEASED_TASK)
 def source_sync_task(self, run_id: int) -> str:
     """Run sync run ``run_id`` (``knowledge.services.sync.sync_run_execute``); returns its final status.
 
