@@ -140,3 +140,42 @@ def test_the_real_qwen_model_streams_its_first_token_within_a_minute(qwen_llm_ur
     print(f"\nqwen2.5-1.5b on 2 cores: first token after {first_token_s:.2f} s, whole reply after {total_s:.2f} s")
     assert first and first_token_s < 60
     assert (first + rest).strip() and llm.last_stream_usage.tokens_out > 0
+
+
+# --- manage.py localllm ---------------------------------------------------------------------------
+
+
+class Served(Exception):
+    """Raised instead of replacing the test process with the server."""
+
+
+def test_localllm_serves_the_chosen_model_and_prints_the_settings_to_use(tmp_path, monkeypatch, capsys):
+    from django.core.management import call_command
+
+    from retrieval.management.commands import localllm
+
+    executed = []
+
+    def execv(path, argv):
+        executed.append(argv)
+        raise Served
+
+    monkeypatch.chdir(tmp_path)  # the command changes directory; monkeypatch changes it back
+    monkeypatch.setattr(localllm, "local_llm_model_path", lambda data_dir, model: tmp_path / f"{model}.gguf")
+    monkeypatch.setattr(localllm.os, "execv", execv)
+    with pytest.raises(Served):
+        call_command("localllm", "--model", "qwen2.5-1.5b", "--port", "8123")
+    printed = capsys.readouterr().out
+    assert "OPENAI_BASE_URL=http://127.0.0.1:8123/v1" in printed and "KB_LLM_MODEL=qwen2.5-1.5b" in printed
+    assert executed[0][executed[0].index("--model") + 1] == str(tmp_path / "qwen2.5-1.5b.gguf")
+    assert "--chat_format" not in executed[0]
+
+
+def test_localllm_without_the_models_parts_names_the_package_to_install(monkeypatch):
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    absent = ModelPart("kb-absent-model-part1==0.2.0", "kb_absent_model_part1", "data/part01.bin")
+    monkeypatch.setitem(local.LOCAL_MODELS, "qwen2.5-1.5b", replace(QWEN_25_CODER_15B, parts=(absent,), size=1))
+    with pytest.raises(CommandError, match=r"kb-absent-model-part1==0\.2\.0.*requirements-llm\.txt"):
+        call_command("localllm", "--model", "qwen2.5-1.5b")
