@@ -16,6 +16,14 @@ if $llm; then
   scripts/setup.sh requirements-llm.txt
   port="${KB_LOCAL_LLM_PORT:-8001}"
   model=qwen2.5-1.5b
+  answers() {
+    .venv/bin/python -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \
+      "http://127.0.0.1:$port/v1/models" 2>/dev/null
+  }
+  if answers; then
+    echo "Something already answers on 127.0.0.1:$port: set KB_LOCAL_LLM_PORT to a free port." >&2
+    exit 1
+  fi
   log="${KB_DATA_DIR:-.kb-data}/localllm.log"
   mkdir -p "$(dirname "$log")"
   echo "Starting the local LLM $model on 127.0.0.1:$port (its log: $log)"
@@ -23,8 +31,7 @@ if $llm; then
   .venv/bin/python manage.py localllm --model "$model" --port "$port" >"$log" 2>&1 &
   llm_pid=$!
   trap 'kill "$llm_pid" 2>/dev/null || true' EXIT
-  until .venv/bin/python -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \
-      "http://127.0.0.1:$port/v1/models" 2>/dev/null; do
+  until answers; do
     kill -0 "$llm_pid" 2>/dev/null || { tail -20 "$log" >&2; echo "The local LLM server exited (above: $log)." >&2; exit 1; }
     sleep 1
   done
