@@ -3,7 +3,8 @@
 ``LLMClient`` (``chat``, ``structured``, ``tool_call``, ``stream``, ``map``) and
 ``configured_llm()`` are the interface; errors are in ``llm.errors``; ``Usage`` counts calls,
 tokens and cost. ``llm.tokenizer`` counts tokens offline; ``llm.local`` serves a bundled model
-(``manage.py localllm``, and the tests' local LLM). Imports only ``core`` and third-party code.
+by alias, Gemma 3 270M or Qwen2.5-Coder-1.5B (``manage.py localllm``, and the tests' local
+LLMs). Imports only ``core`` and third-party code.
 """
 
 from llm.circuit import circuit_reset

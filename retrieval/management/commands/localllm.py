@@ -3,24 +3,39 @@ import os
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from llm.local import MODEL_ALIAS, local_llm_command, local_llm_model_path
+from llm.local import DEFAULT_MODEL, LOCAL_MODELS, LocalModelError, local_llm_command, local_llm_model_path
 
 
 class Command(BaseCommand):
-    help = "Serve the bundled Gemma 3 270M GGUF with llama.cpp as an OpenAI-compatible API (foreground)."
+    help = "Serve a bundled local model with llama.cpp as an OpenAI-compatible API (foreground): " + "; ".join(
+        f"{m.alias}: {m.description}" for m in LOCAL_MODELS.values()
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--port", type=int, default=8001)
-
-    def handle(self, *args, port, **options):
-        try:
-            model = local_llm_model_path(settings.KB_DATA_DIR)
-        except ImportError as exc:
-            raise CommandError("Install the LLM extras: pip install -r requirements-dev.txt") from exc
-        self.stdout.write(
-            f"Serving {MODEL_ALIAS} at http://127.0.0.1:{port}/v1 — set OPENAI_BASE_URL=http://127.0.0.1:{port}/v1 "
-            f"KB_LLM_MODEL={MODEL_ALIAS}"
+        parser.add_argument(
+            "--model",
+            choices=list(LOCAL_MODELS),
+            default=DEFAULT_MODEL,
+            help=f"which local model to serve (default {DEFAULT_MODEL}, the tiny one for plumbing)",
         )
-        command = local_llm_command(model, port=port)
+        parser.add_argument(
+            "--cache",
+            action="store_true",
+            help="add llama-cpp-python's RAM prompt cache (restores older prompts' states; see llm/local.py)",
+        )
+
+    def handle(self, *args, port, model, cache, **options):
+        local_model = LOCAL_MODELS[model]
+        try:
+            path = local_llm_model_path(settings.KB_DATA_DIR, model)
+        except LocalModelError as exc:
+            raise CommandError(f"{exc} ({local_model.install_hint})") from exc
+        self.stdout.write(
+            f"Serving {model} at http://127.0.0.1:{port}/v1 — set OPENAI_BASE_URL=http://127.0.0.1:{port}/v1 "
+            f"KB_LLM_MODEL={model}",
+        )
+        self.stdout.flush()
+        command = local_llm_command(local_model, path, port=port, cache=cache)
         os.chdir(settings.BASE_DIR)  # so ``-m llm.local_server`` resolves
         os.execv(command[0], command)
