@@ -156,25 +156,58 @@ class LLMClient:
             raise LLMEmptyReply("The LLM returned an empty reply.", usage=usage)
         return Completion(text=text, usage=usage, ms=_ms_since(started), model=_response_model(response, self.model))
 
-    def stream(self, messages: Messages, *, max_tokens: int = 512) -> Iterator[str]:
+    def stream(
+        self,
+        messages: Messages,
+        *,
+        max_tokens: int = 512,
+        schema: dict[str, Any] | None = None,
+        name: str = "output",
+    ) -> Iterator[str]:
         """Yield the reply to ``messages`` as text deltas while the model writes it.
 
         The request is sent on the first ``next()``. Once the iterator is exhausted,
         ``last_stream_usage`` holds the usage (the endpoint's when it reports usage in the
         stream, else counted with tiktoken). Raises the errors of ``chat()``; only opening the
         stream is retried, a stream that breaks off raises ``LLMTimeout`` or ``LLMUnavailable``.
+
+        With ``schema`` (JSON Schema, named ``name``) the reply is asked for as JSON the way
+        ``structured()`` asks (``response_format`` forms tried in turn, remembered), and the
+        deltas are the JSON's text as it is written: it is neither parsed nor validated here
+        (the caller reads it as it comes, e.g. ``retrieval.stages.generate.fields``).
         """
         params: dict[str, Any] = {"messages": messages, "max_tokens": max_tokens, "temperature": 0.0, "stream": True}
+        if schema is None:
+            chunks = self._stream_open(params)
+        else:
+            _validator(schema)
+            modes = [self._json_mode] if self._json_mode else list(_JSON_MODES)
+            for mode in modes:
+                sent = messages if mode == "json_schema" else _with_schema_instruction(messages, schema)
+                try:
+                    chunks = self._stream_open({**params, "messages": sent, **_JSON_MODES[mode](schema, name)})
+                except LLMHTTPError as exc:
+                    if exc.rejected and mode != modes[-1]:
+                        continue  # this form of response_format is not accepted here: try the next
+                    raise
+                self._json_mode = mode
+                messages = sent
+                break
+        yield from self._stream_read(chunks, messages)
+
+    def _stream_open(self, params: dict[str, Any]) -> Any:
+        """Open a streamed request, asking for usage in the stream while the endpoint accepts it."""
         if self._stream_usage_supported:
             try:
-                chunks = self._create(**params, stream_options={"include_usage": True})
+                return self._create(**params, stream_options={"include_usage": True})
             except LLMHTTPError as exc:
                 if not exc.rejected:
                     raise
                 self._stream_usage_supported = False
-                chunks = self._create(**params)
-        else:
-            chunks = self._create(**params)
+        return self._create(**params)
+
+    def _stream_read(self, chunks: Any, messages: Messages) -> Iterator[str]:
+        """The text deltas of an open stream; its usage into ``last_stream_usage`` at the end."""
         parts: list[str] = []
         reported = None
         try:

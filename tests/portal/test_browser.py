@@ -30,8 +30,8 @@ class SlowScriptedLLM(ScriptedLLM):
         super().__init__(**kwargs)
         self.delay_s = delay_s
 
-    def stream(self, messages, *, max_tokens=512):
-        for piece in super().stream(messages, max_tokens=max_tokens):
+    def stream(self, messages, *, max_tokens=512, **options):
+        for piece in super().stream(messages, max_tokens=max_tokens, **options):
             time.sleep(self.delay_s)
             yield piece
 
