@@ -197,14 +197,16 @@ class LLMClient:
 
     def _stream_open(self, params: dict[str, Any]) -> Any:
         """Open a streamed request, asking for usage in the stream while the endpoint accepts it."""
-        if self._stream_usage_supported:
-            try:
-                return self._create(**params, stream_options={"include_usage": True})
-            except LLMHTTPError as exc:
-                if not exc.rejected:
-                    raise
-                self._stream_usage_supported = False
-        return self._create(**params)
+        if not self._stream_usage_supported:
+            return self._create(**params)
+        try:
+            return self._create(**params, stream_options={"include_usage": True})
+        except LLMHTTPError as exc:
+            if not exc.rejected:
+                raise
+        chunks = self._create(**params)  # rejected again: something else was refused, it raises
+        self._stream_usage_supported = False
+        return chunks
 
     def _stream_read(self, chunks: Any, messages: Messages) -> Iterator[str]:
         """The text deltas of an open stream; its usage into ``last_stream_usage`` at the end."""

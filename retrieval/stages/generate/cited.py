@@ -37,18 +37,11 @@ from retrieval.types import Answer, Citation, Passage
 NOT_FOUND = "The documents do not contain an answer to this question."
 MAX_TOKENS = 600  # the reply's JSON: a short answer and an explanation of a few sentences
 MAX_SHORT_CHARS = 300
+# No "description"s: where the schema is spelled out in the prompt (llama.cpp's json_object form),
+# a small model copies them as the values (Gemma 3 270M did); the system prompt says what goes where.
 ANSWER_SCHEMA = {
     "type": "object",
-    "properties": {
-        "short_answer": {
-            "type": "string",
-            "description": "The direct answer: a name, number, date, yes/no or one short sentence; empty if unknown.",
-        },
-        "answer": {
-            "type": "string",
-            "description": "The explanation, every sentence ending with its passage numbers like [1].",
-        },
-    },
+    "properties": {"short_answer": {"type": "string"}, "answer": {"type": "string"}},
     "required": ["short_answer", "answer"],
     "additionalProperties": False,
 }
