@@ -5,7 +5,12 @@ import json
 import pytest
 
 from retrieval.search import chunk_search
-from retrieval.stages.generate.citations import SUPPORT_THRESHOLD, citations_check, sentence_spans
+from retrieval.stages.generate.citations import (
+    CITED_THRESHOLD,
+    SUPPORT_THRESHOLD,
+    citations_check,
+    sentence_spans,
+)
 from retrieval.stages.generate.fields import FieldReader, fields_read
 from retrieval.stages.pack import top_n
 
@@ -60,6 +65,12 @@ def test_a_cited_sentence_its_passage_does_not_support_is_marked_unsupported_but
     assert checked.unsupported == ["The capital of France is Paris."]
 
 
+def test_a_sentence_about_what_the_passages_lack_needs_no_citation(corpus, passages):
+    checked = citations_check("The passages do not name the capital of Peru.", passages, embedder=corpus.embedder)
+    assert checked.sentences[0]["citations"] == [] and checked.sentences[0]["supported"] is True
+    assert checked.unsupported == [] and checked.coverage == 0.0
+
+
 def test_numbers_outside_the_passages_are_no_citation_and_the_net_runs_one_embedding_call(corpus, passages):
     from knowledge.embedders import get_embedder
 
@@ -82,8 +93,8 @@ def test_without_an_embedder_only_the_models_own_citations_count():
     assert checked.unsupported == ["Cook it."] and checked.coverage == 0.5
 
 
-def test_the_threshold_is_the_one_measured_for_the_default_embedder():
-    assert SUPPORT_THRESHOLD == 0.5
+def test_the_thresholds_are_the_ones_measured_for_the_default_embedder():
+    assert SUPPORT_THRESHOLD == 0.5 and CITED_THRESHOLD == 0.35
 
 
 def test_sentence_spans_point_at_each_sentence_and_its_markers_in_the_text():

@@ -106,6 +106,7 @@ def cited_numbers(text: str, *, limit: int) -> list[int]:
     return seen
 
 
+_CUT_MARKER = re.compile(r"\s*\[\d{0,3}$")
 _NO_ANSWER = re.compile(
     r"^(?:n/?a|none|null|unknown|no answer|not (?:found|known|stated|mentioned|available))\W*$"
     r"|\b(?:passages?|documents?|context)\b.*\b(?:do(?:es)? not|don['’]t|doesn['’]t)\b",
@@ -135,7 +136,8 @@ def answer_build(
     ``prose`` reply (not JSON, so without a short answer) only the latter.
     """
     text = _DELIMITER.sub("", explanation)  # a model that echoes the context's markup
-    text = _CITATION.sub(lambda m: m.group(0) if 1 <= int(m.group(1)) <= len(passages) else "", text).strip()
+    text = _CITATION.sub(lambda m: m.group(0) if 1 <= int(m.group(1)) <= len(passages) else "", text)
+    text = _CUT_MARKER.sub("", text.strip()).strip()  # a reply cut off inside a marker: "... minutes [1"
     short = short_answer_clean(short_answer)
     text = text or short  # a model that gave only the short answer: it is the explanation too
     found = (prose or bool(short)) and NOT_FOUND.lower().rstrip(".") not in text.lower()
