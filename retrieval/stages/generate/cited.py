@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 
 from llm import LLMBadOutput, Usage
-from retrieval.stages.generate.citations import citations_check
+from retrieval.stages.generate.citations import PASSAGES_LACK, citations_check
 from retrieval.stages.generate.fields import FieldReader, fields_read
 from retrieval.stages.pack import context_compose
 from retrieval.types import Answer, Citation, Passage
@@ -62,13 +62,19 @@ SYSTEM_PROMPT = (
 )
 # Added to the system prompt when the user layer is given (people.personalization).
 USER_LAYER_PROMPT = (
-    " The <asker> element describes the person asking (their profile, what they may search and "
+    "\nThe <asker> element describes the person asking (their profile, what they may search and "
     "their recent questions): shape the answer for them (depth, terms, examples, language), but "
     "take every fact from the passages, never from it."
 )
 _CITATION = re.compile(r"\[(\d{1,3})\]")
 _DELIMITER = re.compile(r"</?passage\b[^>]*>", re.IGNORECASE)
 _ASKER = re.compile(r"</?asker\b[^>]*>", re.IGNORECASE)
+_CUT_MARKER = re.compile(r"\s*\[\d{0,3}$")  # a reply cut off inside a marker
+_SPACE_BEFORE_PUNCTUATION = re.compile(r"\s+([.,;:!?])")
+# Short answers that are none: "unknown", "N/A"...; sentences about what the passages lack are matched by PASSAGES_LACK.
+_NON_ANSWER = re.compile(
+    r"^(?:n/?a|none|null|unknown|no answer|not (?:found|known|stated|mentioned|available))\W*$", re.I
+)
 
 
 def answer_messages(
@@ -106,20 +112,12 @@ def cited_numbers(text: str, *, limit: int) -> list[int]:
     return seen
 
 
-_CUT_MARKER = re.compile(r"\s*\[\d{0,3}$")
-_NO_ANSWER = re.compile(
-    r"^(?:n/?a|none|null|unknown|no answer|not (?:found|known|stated|mentioned|available))\W*$"
-    r"|\b(?:passages?|documents?|context)\b.*\b(?:do(?:es)? not|don['’]t|doesn['’]t)\b",
-    re.IGNORECASE,
-)
-
-
 def short_answer_clean(text: str) -> str:
     """The short answer as shown: no markers or markup, whitespace squashed, at most
     ``MAX_SHORT_CHARS`` characters; ``""`` for a non-answer ("unknown", "the passages do not say")."""
     text = " ".join(_CITATION.sub(" ", _DELIMITER.sub("", text or "")).split())
-    text = re.sub(r"\s+([.,;:!?])", r"\1", text)
-    if not text or _NO_ANSWER.search(text):
+    text = _SPACE_BEFORE_PUNCTUATION.sub(r"\1", text)
+    if not text or _NON_ANSWER.search(text) or PASSAGES_LACK.search(text):
         return ""
     return text if len(text) <= MAX_SHORT_CHARS else text[: MAX_SHORT_CHARS - 1].rstrip() + "…"
 
@@ -137,7 +135,7 @@ def answer_build(
     """
     text = _DELIMITER.sub("", explanation)  # a model that echoes the context's markup
     text = _CITATION.sub(lambda m: m.group(0) if 1 <= int(m.group(1)) <= len(passages) else "", text)
-    text = _CUT_MARKER.sub("", text.strip()).strip()  # a reply cut off inside a marker: "... minutes [1"
+    text = _CUT_MARKER.sub("", text.strip()).strip()  # "... eleven minutes [1" -> the net cites it
     short = short_answer_clean(short_answer)
     text = text or short  # a model that gave only the short answer: it is the explanation too
     found = (prose or bool(short)) and NOT_FOUND.lower().rstrip(".") not in text.lower()
