@@ -236,7 +236,7 @@ class LLMClient:
     # --- JSON ---------------------------------------------------------------------------------
 
     def structured(
-        self, messages: Messages, *, schema: dict[str, Any], name: str, max_tokens: int = 512
+        self, messages: Messages, *, schema: dict[str, Any], name: str, max_tokens: int = 512, retry: bool = True
     ) -> tuple[dict[str, Any], Completion]:
         """A JSON object matching ``schema`` (JSON Schema) as the reply to ``messages``.
 
@@ -245,11 +245,14 @@ class LLMClient:
         prompt; the accepted form is remembered), and the reply is validated here with
         ``jsonschema``; JSON inside a ```json fence is accepted. ``name`` names the schema
         (letters, digits, ``_``, ``-``). An unparseable or invalid reply is retried once, with
-        the problem pointed out; then ``LLMBadOutput``. Returns ``(value, completion)``;
+        the problem pointed out (not with ``retry=False``, for a caller that reads a broken
+        reply itself); then ``LLMBadOutput``, carrying the last reply in ``reply``. Returns ``(value, completion)``;
         ``completion.usage`` counts both calls when there were two. ``ValueError`` if
         ``schema`` is not a valid JSON Schema.
         """
-        return self._json_call(messages, schema=schema, name=name, description="", max_tokens=max_tokens, tool=False)
+        return self._json_call(
+            messages, schema=schema, name=name, description="", max_tokens=max_tokens, tool=False, attempts=1 + retry
+        )
 
     def tool_call(
         self, messages: Messages, *, name: str, description: str, parameters: dict[str, Any], max_tokens: int = 256
@@ -390,7 +393,15 @@ class LLMClient:
         return min(delay, MAX_BACKOFF_S)
 
     def _json_call(
-        self, messages: Messages, *, schema: dict[str, Any], name: str, description: str, max_tokens: int, tool: bool
+        self,
+        messages: Messages,
+        *,
+        schema: dict[str, Any],
+        name: str,
+        description: str,
+        max_tokens: int,
+        tool: bool,
+        attempts: int = 2,
     ) -> tuple[dict[str, Any], Completion]:
         """Request JSON (as a tool call or a response format), validate, retry once with feedback."""
         validator = _validator(schema)
@@ -399,7 +410,7 @@ class LLMClient:
         attempt_messages = messages
         problem = ""
         use_tool = tool
-        for _ in range(2):
+        for _ in range(attempts):
             if use_tool and self._tools_supported:
                 response, raw, sent = self._tool_request(
                     attempt_messages, name=name, description=description, parameters=schema, max_tokens=max_tokens

@@ -425,6 +425,13 @@ def test_tool_call_arguments_that_break_the_schema_twice_raise_bad_output(endpoi
     assert {"role": "assistant", "content": '{"minutes": 10}'} in endpoint.requests[1]["messages"]
 
 
+def test_structured_without_retry_raises_at_once_carrying_the_broken_reply(endpoint):
+    endpoint.replies(Reply(body=completion('{"minutes": 10, "unit": "min')))
+    with pytest.raises(LLMBadOutput) as raised:
+        client_for(endpoint).structured(QUESTION, schema=MINUTES, name="boil_time", retry=False)
+    assert raised.value.reply == '{"minutes": 10, "unit": "min' and len(endpoint.requests) == 1
+
+
 def test_an_invalid_schema_is_a_programming_error_raised_before_any_request(endpoint):
     with pytest.raises(ValueError, match="Invalid JSON schema"):
         client_for(endpoint).structured(QUESTION, schema={"type": "thing"}, name="x")

@@ -193,15 +193,17 @@ def answer_generate(
     """The LLM's answer from ``passages`` and the call's usage (``user_layer``: see
     ``answer_messages``; ``embedder``: the safety net's, see ``answer_build``).
 
-    One ``llm.structured`` call with ``ANSWER_SCHEMA`` (the client retries once a reply that
-    breaks it). When the reply stays unusable (``LLMBadOutput`` carrying it), it is read
+    One ``llm.structured`` call with ``ANSWER_SCHEMA``, not retried: a reply that breaks the
+    schema (``LLMBadOutput`` carrying it; mostly one cut off by ``MAX_TOKENS``) is read
     leniently (``answer_from_reply``: a cut-off JSON keeps its fields, prose is the
     explanation). ``llm.LLMError`` for any other failure, or a bad output without a reply (the
     pipeline then answers extractively).
     """
     messages = answer_messages(question, passages, reverse_pack=reverse_pack, user_layer=user_layer)
     try:
-        data, completion = llm.structured(messages, schema=ANSWER_SCHEMA, name="answer", max_tokens=MAX_TOKENS)
+        data, completion = llm.structured(
+            messages, schema=ANSWER_SCHEMA, name="answer", max_tokens=MAX_TOKENS, retry=False
+        )
     except LLMBadOutput as exc:
         reply = getattr(exc, "reply", "") or ""
         if not reply.strip():
