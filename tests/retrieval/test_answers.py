@@ -110,6 +110,15 @@ def test_the_real_local_llm_answers_from_the_context_end_to_end(corpus, local_ll
     assert run.answer.text.strip()
     for citation in run.answer.citations:  # every citation the tiny model makes resolves to a passage
         assert 1 <= citation.n <= 2
+    # The answer's fields are well-formed (their content is not asserted for a 270M model).
+    answer = run.answer
+    assert isinstance(answer.short_answer, str) and "{" not in answer.short_answer
+    assert not answer.text.lstrip().startswith("{")  # never the raw JSON
+    for sentence in answer.sentences:
+        assert set(sentence) == {"text", "citations", "supported", "added"}
+        assert all(1 <= n <= 2 for n in sentence["citations"])
+    assert 0.0 <= answer.citation_coverage <= 1.0
+    assert set(answer.unsupported) == {s["text"] for s in answer.sentences if not s["supported"]}
 
 
 PASTA_REPLY = {
@@ -252,20 +261,3 @@ def test_the_ask_command_prints_the_short_answer_first_and_its_json_carries_the_
     out = StringIO()
     call_command("ask", "How long do I boil spaghetti?", "--tenant", corpus.slug, stdout=out, stderr=StringIO())
     assert out.getvalue().splitlines()[0] == "Short answer: Nine to eleven minutes"
-
-
-def test_the_real_local_llm_answer_comes_back_with_well_formed_answer_fields(corpus, local_llm_url):
-    from llm.local import MODEL_ALIAS
-
-    llm = LLMClient(MODEL_ALIAS, base_url=local_llm_url, api_key="local", timeout_s=600)
-    run = pipeline_answer(tenant=corpus, question="How long do I boil spaghetti?", llm=llm, k=2, strategy="top_n")
-    answer = run.answer
-    assert answer.mode == "llm", run.degraded_reason
-    assert isinstance(answer.short_answer, str) and "{" not in answer.short_answer
-    assert answer.text.strip() and not answer.text.lstrip().startswith("{")  # never the raw JSON
-    for sentence in answer.sentences:
-        assert set(sentence) == {"text", "citations", "supported", "added"}
-        assert all(1 <= n <= 2 for n in sentence["citations"])
-    assert 0.0 <= answer.citation_coverage <= 1.0
-    assert set(answer.unsupported) == {s["text"] for s in answer.sentences if not s["supported"]}
-    assert {c.n for c in answer.citations} <= {1, 2}
