@@ -156,25 +156,60 @@ class LLMClient:
             raise LLMEmptyReply("The LLM returned an empty reply.", usage=usage)
         return Completion(text=text, usage=usage, ms=_ms_since(started), model=_response_model(response, self.model))
 
-    def stream(self, messages: Messages, *, max_tokens: int = 512) -> Iterator[str]:
+    def stream(
+        self,
+        messages: Messages,
+        *,
+        max_tokens: int = 512,
+        schema: dict[str, Any] | None = None,
+        name: str = "output",
+    ) -> Iterator[str]:
         """Yield the reply to ``messages`` as text deltas while the model writes it.
 
         The request is sent on the first ``next()``. Once the iterator is exhausted,
         ``last_stream_usage`` holds the usage (the endpoint's when it reports usage in the
         stream, else counted with tiktoken). Raises the errors of ``chat()``; only opening the
         stream is retried, a stream that breaks off raises ``LLMTimeout`` or ``LLMUnavailable``.
+
+        With ``schema`` (JSON Schema, named ``name``) the reply is asked for as JSON the way
+        ``structured()`` asks (``response_format`` forms tried in turn, remembered), and the
+        deltas are the JSON's text as it is written: it is neither parsed nor validated here
+        (the caller reads it as it comes, e.g. ``retrieval.stages.generate.fields``).
         """
         params: dict[str, Any] = {"messages": messages, "max_tokens": max_tokens, "temperature": 0.0, "stream": True}
-        if self._stream_usage_supported:
-            try:
-                chunks = self._create(**params, stream_options={"include_usage": True})
-            except LLMHTTPError as exc:
-                if not exc.rejected:
-                    raise
-                self._stream_usage_supported = False
-                chunks = self._create(**params)
+        if schema is None:
+            chunks = self._stream_open(params)
         else:
-            chunks = self._create(**params)
+            _validator(schema)
+            modes = [self._json_mode] if self._json_mode else list(_JSON_MODES)
+            for mode in modes:
+                sent = messages if mode == "json_schema" else _with_schema_instruction(messages, schema)
+                try:
+                    chunks = self._stream_open({**params, "messages": sent, **_JSON_MODES[mode](schema, name)})
+                except LLMHTTPError as exc:
+                    if exc.rejected and mode != modes[-1]:
+                        continue  # this form of response_format is not accepted here: try the next
+                    raise
+                self._json_mode = mode
+                messages = sent
+                break
+        yield from self._stream_read(chunks, messages)
+
+    def _stream_open(self, params: dict[str, Any]) -> Any:
+        """Open a streamed request, asking for usage in the stream while the endpoint accepts it."""
+        if not self._stream_usage_supported:
+            return self._create(**params)
+        try:
+            return self._create(**params, stream_options={"include_usage": True})
+        except LLMHTTPError as exc:
+            if not exc.rejected:
+                raise
+        chunks = self._create(**params)  # rejected again: something else was refused, it raises
+        self._stream_usage_supported = False
+        return chunks
+
+    def _stream_read(self, chunks: Any, messages: Messages) -> Iterator[str]:
+        """The text deltas of an open stream; its usage into ``last_stream_usage`` at the end."""
         parts: list[str] = []
         reported = None
         try:
@@ -201,7 +236,7 @@ class LLMClient:
     # --- JSON ---------------------------------------------------------------------------------
 
     def structured(
-        self, messages: Messages, *, schema: dict[str, Any], name: str, max_tokens: int = 512
+        self, messages: Messages, *, schema: dict[str, Any], name: str, max_tokens: int = 512, retry: bool = True
     ) -> tuple[dict[str, Any], Completion]:
         """A JSON object matching ``schema`` (JSON Schema) as the reply to ``messages``.
 
@@ -210,11 +245,14 @@ class LLMClient:
         prompt; the accepted form is remembered), and the reply is validated here with
         ``jsonschema``; JSON inside a ```json fence is accepted. ``name`` names the schema
         (letters, digits, ``_``, ``-``). An unparseable or invalid reply is retried once, with
-        the problem pointed out; then ``LLMBadOutput``. Returns ``(value, completion)``;
+        the problem pointed out (not with ``retry=False``, for a caller that reads a broken
+        reply itself); then ``LLMBadOutput``, carrying the last reply in ``reply``. Returns ``(value, completion)``;
         ``completion.usage`` counts both calls when there were two. ``ValueError`` if
         ``schema`` is not a valid JSON Schema.
         """
-        return self._json_call(messages, schema=schema, name=name, description="", max_tokens=max_tokens, tool=False)
+        return self._json_call(
+            messages, schema=schema, name=name, description="", max_tokens=max_tokens, tool=False, attempts=1 + retry
+        )
 
     def tool_call(
         self, messages: Messages, *, name: str, description: str, parameters: dict[str, Any], max_tokens: int = 256
@@ -355,7 +393,15 @@ class LLMClient:
         return min(delay, MAX_BACKOFF_S)
 
     def _json_call(
-        self, messages: Messages, *, schema: dict[str, Any], name: str, description: str, max_tokens: int, tool: bool
+        self,
+        messages: Messages,
+        *,
+        schema: dict[str, Any],
+        name: str,
+        description: str,
+        max_tokens: int,
+        tool: bool,
+        attempts: int = 2,
     ) -> tuple[dict[str, Any], Completion]:
         """Request JSON (as a tool call or a response format), validate, retry once with feedback."""
         validator = _validator(schema)
@@ -364,7 +410,7 @@ class LLMClient:
         attempt_messages = messages
         problem = ""
         use_tool = tool
-        for _ in range(2):
+        for _ in range(attempts):
             if use_tool and self._tools_supported:
                 response, raw, sent = self._tool_request(
                     attempt_messages, name=name, description=description, parameters=schema, max_tokens=max_tokens

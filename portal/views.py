@@ -51,6 +51,7 @@ from people.models import Profile
 from people.selectors import conversation_get, conversation_list
 from people.services import profile_get, profile_update
 from retrieval.pipeline import PIPELINE_NAMES
+from retrieval.stages.generate.citations import sentence_spans
 from retrieval.streaming import CONTENT_TYPE, HEADERS, answer_events
 
 # Same pattern as the one the generate stage writes citations with: "[n]".
@@ -199,6 +200,34 @@ def answer_with_links(text: str, urls: dict[int, str]) -> SafeString:
     return html + escape(text[last:])
 
 
+def explanation_html(answer: dict, urls: dict[int, str]) -> SafeString:
+    """The answer's explanation as ``answer_with_links`` renders it, each sentence that no passage
+    supports (``answer["sentences"]``, ``supported`` false) in ``<mark class="unsupported">`` with
+    a visible "unsupported" tag after it. The sentences are found again in the text with the
+    splitting that made them (``sentence_spans``); when they do not line up (an answer kept
+    before sentences were recorded) the text is rendered unmarked."""
+    text = answer["answer"]
+    sentences = answer.get("sentences") or []
+    if all(sentence.get("supported", True) for sentence in sentences):
+        return answer_with_links(text, urls)
+    spans = sentence_spans(text)
+    if [span.text for span in spans] != [sentence.get("text") for sentence in sentences]:
+        return answer_with_links(text, urls)
+    html = SafeString("")
+    last = 0
+    for span, sentence in zip(spans, sentences, strict=True):
+        if sentence.get("supported", True):
+            continue
+        html += answer_with_links(text[last : span.start], urls)
+        html += format_html(
+            '<mark class="unsupported" title="No passage supports this sentence">{}</mark>'
+            '<span class="unsupported-tag">unsupported</span>',
+            answer_with_links(text[span.start : span.end], urls),
+        )
+        last = span.end
+    return html + answer_with_links(text[last:], urls)
+
+
 @require_http_methods(["GET", "POST"])
 @tenant_required
 def ask(request, tenant):
@@ -307,8 +336,9 @@ def conversation_remove(request, tenant, conversation_id: int):
 
 
 def answer_context(answer: dict, *, thread: dict | None = None, can_participate: bool = True) -> dict:
-    """What ``portal/_answer.html`` renders: ``answer`` (``AnswerRun.as_dict()``), its text as
-    escaped HTML with linked ``[n]`` (``answer_html``), its ``citations`` with their ``url`` and
+    """What ``portal/_answer.html`` renders: ``answer`` (``AnswerRun.as_dict()``: its short answer
+    shows first), its explanation as escaped HTML with linked ``[n]`` and unsupported sentences
+    marked (``answer_html``: ``explanation_html``), its ``citations`` with their ``url`` and
     the conversation's earlier turns (``thread``, from ``thread_context``); feedback forms show
     when ``can_participate`` (not for viewers)."""
     citations = [{**c, "url": citation_url(c, trace_id=answer.get("trace_id"))} for c in answer["citations"]]
@@ -316,7 +346,7 @@ def answer_context(answer: dict, *, thread: dict | None = None, can_participate:
         "thread": thread,
         "can_participate": can_participate,
         "answer": answer,
-        "answer_html": answer_with_links(answer["answer"], {c["n"]: c["url"] for c in citations}),
+        "answer_html": explanation_html(answer, {c["n"]: c["url"] for c in citations}),
         "citations": citations,
     }
 

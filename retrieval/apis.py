@@ -167,10 +167,26 @@ class AskApi(APIView):
             near_duplicates = serializers.ListField(child=serializers.DictField(), required=False)
             update = serializers.CharField(required=False)
 
+        class SentenceSerializer(serializers.Serializer):
+            text = serializers.CharField(help_text="The sentence, its [n] markers removed.")
+            citations = serializers.ListField(child=serializers.IntegerField(), help_text="The n it cites.")
+            supported = serializers.BooleanField(help_text="False when no passage supports it.")
+            added = serializers.BooleanField(help_text="True when its citation was filled in by the citation check.")
+
         question = serializers.CharField()
-        answer = serializers.CharField()
+        short_answer = serializers.CharField(
+            allow_blank=True,
+            help_text="The direct answer (a name, number, date, yes/no or one short sentence); "
+            "empty when the passages do not hold the answer.",
+        )
+        answer = serializers.CharField(help_text="The explanation, with [n] markers.")
         mode = serializers.ChoiceField(choices=("llm", "extractive"))
         found = serializers.BooleanField()
+        sentences = SentenceSerializer(many=True, help_text="The explanation's sentences and their citations.")
+        citation_coverage = serializers.FloatField(help_text="Share of the explanation's sentences citing a passage.")
+        unsupported = serializers.ListField(
+            child=serializers.CharField(), help_text="Sentences of the explanation that no passage supports."
+        )
 
         class StepSerializer(serializers.Serializer):
             stage = serializers.CharField()

@@ -20,11 +20,16 @@ A stream of Server-Sent Events (`text/event-stream`), each `event: <name>` with 
 * `step`, after each stage of the pipeline: `{"stage", "ms", "summary", "error"?}`; the summary
   is the stage's own, compacted (queries issued, candidates with scores, chunks kept, passages,
   expansion terms, the LLM's reply).
-* `token`, while an LLM writes the answer: `{"text"}`, a piece of the answer's text as the LLM
-  writes it (none for an extractive answer). The `answer` event's text is the one to keep: its
-  citations are checked against the passages and markers a document forged are defanged.
-* `answer`, once, last: the same JSON as `POST /api/v1/ask/` (`AskOutput`: answer, citations,
-  pipeline, trace_id, degraded, steps, usage).
+* `short_answer`, once, when the LLM has written its short answer: `{"text"}` (the direct
+  answer; none for an extractive answer or when the passages do not hold the answer).
+* `token`, while an LLM writes the explanation: `{"text"}`, a piece of its text as the LLM
+  writes it (decoded from the LLM's JSON reply, never raw JSON; none for an extractive answer).
+  The `answer` event's text is the one to keep: its citations are checked against the
+  passages, uncited sentences are cited or marked unsupported, and markers a document forged
+  are defanged.
+* `answer`, once, last: the same JSON as `POST /api/v1/ask/` (`AskOutput`: short_answer,
+  answer, citations, sentences, citation_coverage, unsupported, pipeline, trace_id, degraded,
+  steps, usage).
 * `error`, instead of `answer` when the run fails: `{"error": {"code", "message"}}`. The stream
   then ends normally.
 
@@ -36,11 +41,14 @@ EXAMPLE = (
     'event: step\ndata: {"stage":"retrieve","ms":41.2,"summary":{"mode":"hybrid","counts":{"lexical":3,"dense":3}}}\n\n'
     'event: step\ndata: {"stage":"fuse","ms":3.1,"summary":{"fusion":"weighted","kept":[[12,0.93]]}}\n\n'
     'event: step\ndata: {"stage":"pack","ms":2.0,"summary":{"strategy":"window","passages":[{"chunk_id":12}]}}\n\n'
+    'event: short_answer\ndata: {"text":"Nine to eleven minutes"}\n\n'
     'event: token\ndata: {"text":"Cook it "}\n\n'
     'event: token\ndata: {"text":"nine to eleven minutes [1]."}\n\n'
     'event: step\ndata: {"stage":"generate","ms":812.5,"summary":{"mode":"llm","citations":[1]}}\n\n'
-    'event: answer\ndata: {"question":"How long should spaghetti cook?","answer":"Cook it nine to eleven '
-    'minutes [1].","citations":[...],"pipeline":"simple","trace_id":7,"degraded":false,"steps":[...],"usage":{...}}\n\n'
+    'event: answer\ndata: {"question":"How long should spaghetti cook?","short_answer":"Nine to eleven minutes",'
+    '"answer":"Cook it nine to eleven minutes [1].","citations":[...],"sentences":[{"text":"Cook it nine to '
+    'eleven minutes.","citations":[1],"supported":true,"added":false}],"citation_coverage":1.0,"unsupported":[],'
+    '"pipeline":"simple","trace_id":7,"degraded":false,"steps":[...],"usage":{...}}\n\n'
 )
 
 

@@ -4,16 +4,21 @@
 run as SSE frames (WHATWG HTML Living Standard, "Server-sent events": ``event: <name>`` and one
 ``data: <json>`` line, a blank line after each frame) while it happens:
 
-=========  ======================================================================================
-``step``   after each stage: ``{"stage", "ms", "summary", "error"?}``; the summary is the step's
-           own (queries, candidates kept, passages, the LLM's reply...), compacted like a trace's
-``token``  a piece of the answer's text as the LLM streams it, raw: ``{"text"}`` (LLM answers
-           only; the ``answer`` event's text, with checked citations, is the one to keep)
-``answer`` once, last: the answer as ``POST /api/v1/ask/`` returns it (answer, citations,
-           pipeline, trace_id, degraded, steps, usage), shaped by the caller's ``present``
-``error``  instead of ``answer`` when the run failed: ``{"error": {"code", "message"}}``, the
-           API's error shape; the stream then ends normally, never as a cut connection
-=========  ======================================================================================
+================  ===============================================================================
+``step``          after each stage: ``{"stage", "ms", "summary", "error"?}``; the summary is the
+                  step's own (queries, candidates kept, passages, the LLM's reply...), compacted
+                  like a trace's
+``short_answer``  once, when the LLM has written its short answer: ``{"text"}`` (LLM answers
+                  only, and only when it gave one; before the explanation's tokens)
+``token``         a piece of the explanation's text as the LLM streams it: ``{"text"}``, the
+                  decoded text of the reply's JSON ``answer`` field, never raw JSON (LLM answers
+                  only; the ``answer`` event's text, with checked citations, is the one to keep)
+``answer``        once, last: the answer as ``POST /api/v1/ask/`` returns it (short_answer,
+                  answer, citations, sentences, citation_coverage, unsupported, pipeline,
+                  trace_id, degraded, steps, usage), shaped by the caller's ``present``
+``error``         instead of ``answer`` when the run failed: ``{"error": {"code", "message"}}``,
+                  the API's error shape; the stream then ends normally, never as a cut connection
+================  ===============================================================================
 
 A comment frame (``: keep-alive``) goes out every ``KEEPALIVE_S`` seconds without events, so
 proxies do not close a connection that waits for a slow LLM. The views streaming these frames are

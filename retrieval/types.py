@@ -190,9 +190,18 @@ class Citation:
 
 @dataclass
 class Answer:
-    """An answer, its citations (the numbers used in the text) and timings in milliseconds.
+    """An answer: a short answer first, then the explanation with its cited sentences.
 
-    ``mode`` is "llm" or "extractive"; ``found`` is false when the documents hold no answer.
+    ``text`` is the explanation with ``[n]`` markers (the citations' numbers); ``citations``
+    lists only the passages the model or the citation safety net cited in it
+    (``retrieval.stages.generate.citations``). ``short_answer`` is the direct answer (a name,
+    number, date, yes/no or one short sentence; ``""`` when the passages do not hold the answer
+    or it could not be told apart). ``sentences`` are the explanation's claim sentences,
+    ``{"text" (markers removed), "citations": [n...], "supported": bool, "added": bool}``
+    (``added``: the citation was filled in by the safety net). ``citation_coverage`` is the
+    share of those sentences with at least one citation, in [0, 1] (0.0 without sentences);
+    ``unsupported`` the sentences no passage supports. ``mode`` is "llm" or "extractive";
+    ``found`` is false when the documents hold no answer. ``timings_ms`` in milliseconds.
     """
 
     question: str
@@ -201,13 +210,21 @@ class Answer:
     citations: list[Citation]
     timings_ms: dict[str, float] = field(default_factory=dict)
     found: bool = True
+    short_answer: str = ""
+    sentences: list[dict] = field(default_factory=list)
+    citation_coverage: float = 0.0
+    unsupported: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return {
             "question": self.question,
+            "short_answer": self.short_answer,
             "answer": self.text,
             "mode": self.mode,
             "found": self.found,
             "citations": [c.as_dict() for c in self.citations],
+            "sentences": self.sentences,
+            "citation_coverage": self.citation_coverage,
+            "unsupported": self.unsupported,
             "timings_ms": self.timings_ms,
         }

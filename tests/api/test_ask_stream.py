@@ -147,3 +147,29 @@ def test_the_seed_pipelines_stream_their_steps_before_the_answer(pipeline, corpu
     answer = events[-1][1]
     assert answer["pipeline"] == pipeline and answer["citations"]
     assert [s["stage"] for s in answer["steps"]] == [data["stage"] for event, data in events if event == "step"]
+
+
+def test_a_json_answer_streams_its_short_answer_then_the_explanation_text_never_raw_json(
+    corpus, member_client, monkeypatch
+):
+    reply = {
+        "short_answer": "Nine to eleven minutes",
+        "answer": 'Cook the spaghetti for nine to eleven minutes [1].\nStir it so it does not "stick". Paris is in France.',
+    }
+    monkeypatch.setattr("retrieval.pipeline.configured_llm", lambda: ScriptedLLM(answer_reply=reply))
+    response = member_client.post(STREAM, {"question": "How long should spaghetti cook?"}, format="json")
+    events = sse_events(response)
+    kinds = [event for event, _ in events]
+    assert kinds.count("short_answer") == 1 and kinds.index("short_answer") < kinds.index("token")
+    assert events[kinds.index("short_answer")][1] == {"text": "Nine to eleven minutes"}
+    streamed = "".join(data["text"] for event, data in events if event == "token")
+    assert streamed == reply["answer"]  # decoded from the JSON string as it came
+    answer = events[-1][1]
+    assert answer["short_answer"] == "Nine to eleven minutes"
+    assert [s["supported"] for s in answer["sentences"]] == [True, True, False]
+    assert answer["unsupported"] == ["Paris is in France."]
+    assert answer["citation_coverage"] == pytest.approx(2 / 3, abs=1e-4)
+    plain = member_client.post("/api/v1/ask/", {"question": "How long should spaghetti cook?"}, format="json").json()
+    assert {key: plain[key] for key in ("short_answer", "answer", "sentences", "citation_coverage", "unsupported")} == {
+        key: answer[key] for key in ("short_answer", "answer", "sentences", "citation_coverage", "unsupported")
+    }

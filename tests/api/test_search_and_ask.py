@@ -67,6 +67,24 @@ def test_ask_answers_with_citations(corpus, member_client):
     assert "total_ms" in body["timings_ms"]
 
 
+def test_ask_returns_the_short_answer_and_the_explanations_cited_sentences(corpus, member_client, monkeypatch):
+    from tests.retrieval.doubles import ScriptedLLM
+
+    reply = {"short_answer": "Nine to eleven minutes", "answer": "Cook it for nine to eleven minutes [1]."}
+    monkeypatch.setattr("retrieval.pipeline.configured_llm", lambda: ScriptedLLM(answer_reply=reply))
+    body = member_client.post("/api/v1/ask/", {"question": "How long should spaghetti cook?"}, format="json").json()
+    assert body["short_answer"] == "Nine to eleven minutes"
+    assert body["answer"] == "Cook it for nine to eleven minutes [1]."
+    assert body["sentences"] == [
+        {"text": "Cook it for nine to eleven minutes.", "citations": [1], "supported": True, "added": False}
+    ]
+    assert body["citation_coverage"] == 1.0 and body["unsupported"] == []
+    extractive = member_client.post(
+        "/api/v1/ask/", {"question": "How long should spaghetti cook?", "extractive": True}, format="json"
+    ).json()
+    assert extractive["short_answer"] and extractive["citation_coverage"] == 1.0
+
+
 def test_ask_accepts_the_top_n_strategy(corpus, member_client):
     response = member_client.post(
         "/api/v1/ask/",

@@ -14,7 +14,7 @@ def test_demo_without_serving_prints_the_sources_and_a_cited_example_answer(data
 
     text = out.getvalue()
     assert "  howto: 1 new, 0 updated, 0 unchanged" in text
-    assert f"Q: {EXAMPLE_QUESTION}" in text
+    assert f"Q: {EXAMPLE_QUESTION}\nShort answer: " in text  # the short answer first, then the explanation
     assert "  [1] " in text and "https://docs.djangoproject.com/en/5.2/" in text
     assert "Portal  http://127.0.0.1:8000/" in text
 

@@ -425,6 +425,13 @@ def test_tool_call_arguments_that_break_the_schema_twice_raise_bad_output(endpoi
     assert {"role": "assistant", "content": '{"minutes": 10}'} in endpoint.requests[1]["messages"]
 
 
+def test_structured_without_retry_raises_at_once_carrying_the_broken_reply(endpoint):
+    endpoint.replies(Reply(body=completion('{"minutes": 10, "unit": "min')))
+    with pytest.raises(LLMBadOutput) as raised:
+        client_for(endpoint).structured(QUESTION, schema=MINUTES, name="boil_time", retry=False)
+    assert raised.value.reply == '{"minutes": 10, "unit": "min' and len(endpoint.requests) == 1
+
+
 def test_an_invalid_schema_is_a_programming_error_raised_before_any_request(endpoint):
     with pytest.raises(ValueError, match="Invalid JSON schema"):
         client_for(endpoint).structured(QUESTION, schema={"type": "thing"}, name="x")
@@ -449,6 +456,27 @@ def test_stream_usage_is_counted_with_tiktoken_when_the_endpoint_sends_none(endp
     client = client_for(endpoint)
     assert "".join(client.stream(QUESTION)) == "Nine to eleven minutes."
     assert client.last_stream_usage.tokens_out == count_tokens("Nine to eleven minutes.")
+
+
+def test_a_stream_with_a_schema_asks_for_json_in_the_form_the_endpoint_accepts_and_yields_its_text(endpoint):
+    def llama_cpp_like(n, body):
+        if body["response_format"]["type"] != "json_object":  # llama-cpp-python sends its 422 as a 500
+            message = (
+                "1 validation error:\n  {'loc': ('body', 'response_format', 'type'), 'msg': 'Input should be 'text''}"
+            )
+            return Reply(status=500, body={"error": {"message": message, "type": "internal_server_error"}})
+        return Reply(events=[chunk('{"minutes": '), chunk('11, "unit": "minutes"}'), chunk(usage=(30, 9))])
+
+    endpoint.script = llama_cpp_like
+    client = client_for(endpoint)
+    assert "".join(client.stream(QUESTION, schema=MINUTES, name="boil_time")) == '{"minutes": 11, "unit": "minutes"}'
+    assert "".join(client.stream(QUESTION, schema=MINUTES, name="boil_time")).startswith('{"minutes"')
+    kinds = [r["response_format"]["type"] for r in endpoint.requests]
+    assert kinds == ["json_schema", "json_schema", "json_object", "json_object"]  # with, then without usage
+    assert endpoint.requests[2]["response_format"]["schema"] == MINUTES and endpoint.requests[2]["stream"] is True
+    assert "JSON schema" in endpoint.requests[2]["messages"][-1]["content"]
+    assert endpoint.requests[3]["stream_options"] == {"include_usage": True}  # usage was never the problem
+    assert client.last_stream_usage.tokens_out == 9
 
 
 # --- configuration ----------------------------------------------------------

@@ -30,8 +30,8 @@ class SlowScriptedLLM(ScriptedLLM):
         super().__init__(**kwargs)
         self.delay_s = delay_s
 
-    def stream(self, messages, *, max_tokens=512):
-        for piece in super().stream(messages, max_tokens=max_tokens):
+    def stream(self, messages, *, max_tokens=512, **options):
+        for piece in super().stream(messages, max_tokens=max_tokens, **options):
             time.sleep(self.delay_s)
             yield piece
 
@@ -79,8 +79,12 @@ def sign_in(page, base_url: str, user) -> None:
 def test_the_answer_streams_in_step_by_step_then_shows_its_citation_links(
     transactional_db, live_server, pasta, member, monkeypatch, browser
 ):
-    reply = "Cook the spaghetti for nine to eleven minutes until al dente [1]."
-    monkeypatch.setattr("retrieval.pipeline.configured_llm", lambda: SlowScriptedLLM(chat_reply=reply, delay_s=0.25))
+    reply = {
+        "short_answer": "Nine to eleven minutes",
+        "answer": "Cook the spaghetti for nine to eleven minutes until al dente [1].",
+    }
+    llm = SlowScriptedLLM(answer_reply=reply, delay_s=0.15)
+    monkeypatch.setattr("retrieval.pipeline.configured_llm", lambda: llm)
     page = browser.new_page()
     sign_in(page, live_server.url, member)
 
@@ -90,7 +94,9 @@ def test_the_answer_streams_in_step_by_step_then_shows_its_citation_links(
 
     area = page.locator("#answer-area")
     expect(area.locator(".live-steps li").first).to_contain_text("retrieve")  # steps first
-    expect(area.locator(".live-answer")).to_contain_text("Cook the")  # then the text, as it streams
+    expect(area.locator(".live-short-answer")).to_have_text("Nine to eleven minutes")  # the short answer first
+    expect(area.locator(".live-answer")).to_contain_text("Cook the")  # then the explanation, as it streams
+    assert "{" not in area.locator(".live-answer").inner_text()  # its text, never the raw JSON
     assert area.locator("a.cite").count() == 0  # before the final answer
     assert page.url == live_server.url + reverse("portal:ask")  # no page load: the script streams
 
@@ -100,6 +106,7 @@ def test_the_answer_streams_in_step_by_step_then_shows_its_citation_links(
     assert re.fullmatch(r"/answers/\d+/citations/1/", cite.get_attribute("href"))
     expect(area.locator(".live")).to_have_count(0)  # the live view was replaced by the answer
     expect(area.locator(".answer")).to_contain_text("nine to eleven minutes until al dente")
+    expect(area.locator("p.short-answer")).to_have_text("Nine to eleven minutes")
     expect(area.locator("ol.citations a").first).to_have_text("Cooking pasta")
     expect(area.locator("details.trace summary")).to_contain_text("How this answer was made: 4 steps")
 

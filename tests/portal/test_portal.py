@@ -72,6 +72,24 @@ def test_asking_a_question_links_each_citation_to_the_cited_chunk(client, corpus
     assert "Cooking pasta" in html
 
 
+def test_the_short_answer_shows_first_and_an_unsupported_sentence_is_marked(client, corpus, member, monkeypatch):
+    from tests.retrieval.doubles import ScriptedLLM
+
+    reply = {
+        "short_answer": "Nine to eleven minutes",
+        "answer": "Cook the spaghetti for nine to eleven minutes [1]. Paris is the capital of <b>France</b>.",
+    }
+    monkeypatch.setattr("retrieval.pipeline.configured_llm", lambda: ScriptedLLM(answer_reply=reply))
+    client.force_login(member)
+    html = client.post(ASK, {"question": "how long do I boil spaghetti?"}).content.decode()
+    short = html.index('<p class="short-answer">Nine to eleven minutes</p>')
+    assert short < html.index('<div class="answer">')
+    marked = re.search(r'<mark class="unsupported"[^>]*>(.*?)</mark><span class="unsupported-tag">', html)
+    assert marked and marked.group(1) == "Paris is the capital of &lt;b&gt;France&lt;/b&gt;."
+    assert html.count('<mark class="unsupported"') == 1  # the cited sentence is not marked
+    assert "1 sentence of this answer is not supported by the sources" in html
+
+
 def test_an_empty_question_shows_a_form_error(client, corpus, member):
     client.force_login(member)
     response = client.post(ASK, {"question": "   "})

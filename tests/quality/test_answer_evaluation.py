@@ -91,7 +91,7 @@ def test_with_an_llm_the_evaluation_averages_the_judges_grades(judgment_list):
     assert means["answers"] == 2 and means["answers_judged"] == 2
     assert means["answer_coverage"] == 1.0
     assert "answer_note" not in means
-    assert [method for method, _ in llm.calls] == ["chat", "structured", "chat", "structured"]
+    assert [method for method, _ in llm.calls] == ["structured"] * 4
 
 
 def test_judge_failures_are_counted_in_the_note_and_left_out_of_the_means():

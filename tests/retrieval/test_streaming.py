@@ -22,8 +22,8 @@ class GatedLLM(ScriptedLLM):
         self.release = threading.Event()
         self.sent = 0
 
-    def stream(self, messages, *, max_tokens=512):
-        for piece in super().stream(messages, max_tokens=max_tokens):
+    def stream(self, messages, *, max_tokens=512, **options):
+        for piece in super().stream(messages, max_tokens=max_tokens, **options):
             self.release.wait(5)
             self.sent += 1
             yield piece
@@ -92,8 +92,8 @@ def test_the_real_local_llm_streams_its_answer_as_token_events(corpus, local_llm
     from retrieval.models import Trace
 
     class ShortLLM(LLMClient):
-        def stream(self, messages, *, max_tokens=512):
-            return super().stream(messages, max_tokens=48)  # the tiny model rambles: plumbing only
+        def stream(self, messages, *, max_tokens=512, **options):
+            return super().stream(messages, max_tokens=96, **options)  # the tiny model rambles: plumbing only
 
     llm = ShortLLM(MODEL_ALIAS, base_url=local_llm_url, api_key="local")
     question = "How long should spaghetti cook?"

@@ -39,7 +39,8 @@ class Command(TenantCommand):
             on_source=self._source_done,
         )
         answer = example_answer(tenant=setup.tenant, question=EXAMPLE_QUESTION)
-        self.stdout.write(f"\nQ: {EXAMPLE_QUESTION}\n{answer.text}")
+        short = f"Short answer: {answer.short_answer}\n" if answer.short_answer else ""
+        self.stdout.write(f"\nQ: {EXAMPLE_QUESTION}\n{short}{answer.text}")
         for citation in answer.citations:
             d = citation.as_dict()
             self.stdout.write(

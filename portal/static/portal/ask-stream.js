@@ -1,7 +1,8 @@
 // The ask form, streamed: with JavaScript on, the question goes to the portal's streaming endpoint
 // (data-stream-url, Server-Sent Events over a fetch POST) and the page shows each step of the
-// pipeline and the answer's text as they arrive, then swaps in the server-rendered answer (the
-// same portal/_answer.html fragment the plain page renders), handing its feedback forms to htmx.
+// pipeline, the short answer and the explanation's text as they arrive, then swaps in the
+// server-rendered answer (the same portal/_answer.html fragment the plain page renders), handing
+// its feedback forms to htmx.
 // Anything unexpected (an error status, not an event stream, no fetch streaming) falls back to
 // the plain form POST. Why not htmx here: htmx swaps whole responses, and its SSE extension
 // listens with EventSource, which can only GET; a question is a POST with its CSRF token.
@@ -43,15 +44,18 @@
     var status = element("p", "muted", "Working…");
     status.setAttribute("role", "status");
     var steps = element("ol", "steps live-steps");
+    var short = element("p", "short-answer live-short-answer");
+    short.hidden = true;
     var text = element("div", "answer live-answer");
     var error = element("p", "errorlist");
     error.hidden = true;
     card.appendChild(status);
     card.appendChild(steps);
+    card.appendChild(short);
     card.appendChild(text);
     card.appendChild(error);
     area.replaceChildren(card);
-    return { status: status, steps: steps, text: text, error: error };
+    return { status: status, steps: steps, short: short, text: text, error: error };
   }
 
   function onEvent(view, event, data) {
@@ -64,6 +68,9 @@
       if (data.error) item.appendChild(element("div", "errorlist", data.error));
       view.steps.appendChild(item);
       view.status.textContent = "Working… " + data.stage + " done";
+    } else if (event === "short_answer") {
+      view.short.textContent = data.text;  // the direct answer, before its explanation streams
+      view.short.hidden = false;
     } else if (event === "token") {
       view.text.textContent += data.text;
       view.status.textContent = "Writing the answer…";

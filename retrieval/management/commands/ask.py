@@ -7,7 +7,10 @@ from retrieval.stages.rerank.near_duplicates import duplicate_lines
 
 
 class Command(TenantCommand):
-    help = 'Answer a question with citations: manage.py ask --tenant SLUG [--pipeline NAME] --json "QUESTION"'
+    help = (
+        "Answer a question: the short answer, then the explanation with citations (sentences no passage "
+        'supports are listed after it): manage.py ask --tenant SLUG [--pipeline NAME] [--json] "QUESTION"'
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("question")
@@ -47,8 +50,15 @@ class Command(TenantCommand):
                 citation.pop("text")
             self.stdout.write(json.dumps(payload, ensure_ascii=False))
             return
-        self.stdout.write(run.answer.text + "\n")
-        for c in run.answer.citations:
+        answer = run.answer
+        if answer.short_answer:
+            self.stdout.write(f"Short answer: {answer.short_answer}\n")
+        self.stdout.write(answer.text + "\n")
+        for sentence in answer.unsupported:
+            self.stdout.write(f"Not supported by the passages: {sentence}")
+        if answer.unsupported:
+            self.stdout.write("")
+        for c in answer.citations:
             d = c.as_dict()
             self.stdout.write(
                 f"[{d['n']}] {d['title']} (v{d['version']} of {d['version_date']}, chunk {d['chunk']}) {d['uri']}"

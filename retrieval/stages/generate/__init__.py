@@ -1,7 +1,9 @@
 """Generate stage: the answer, written by the LLM with citations or extracted from the passages.
 
-``Generate`` is the ``generate`` step every answering pipeline ends with: the LLM's cited answer
-(``cited.answer_generate``; streamed as ``token`` events when the run streams), or, as its
+``Generate`` is the ``generate`` step every answering pipeline ends with: the LLM's short answer
+and cited explanation (``cited.answer_generate``; when the run streams, the explanation's text
+goes out as ``token`` events and the short answer as one ``short_answer`` event), checked by the
+citation safety net (``citations.citations_check``, with the tenant's embedder), or, as its
 LLM-free fallback, the extractive answer (``extractive.answer_extract``). With personalization on
 and someone signed in, the prompt gains the asker's user layer, composed by the ``user_layer``
 hook (``retrieval.hooks``: the app that owns people's profiles provides it).
@@ -44,27 +46,34 @@ class Generate(LLMStage):
             step.summary = {"mode": "none", "reason": "no passages"}
         else:
             state = super().apply(state, step)
-        step.summary["citations"] = [c.n for c in state.answer.citations]
+        answer = state.answer
+        step.summary["citations"] = [c.n for c in answer.citations]
+        if answer.sentences:
+            step.summary["coverage"] = answer.citation_coverage
+            step.summary["added"] = sum(1 for s in answer.sentences if s["added"])
+            step.summary["unsupported"] = len(answer.unsupported)
         return state
 
     def with_llm(self, state, step):
         user_layer, layer_summary = user_layer_for(state)
         llm, question, passages = state.llm, state.question, state.passages
+        options = {"llm": llm, "reverse_pack": state.reverse_pack, "user_layer": user_layer}
+        embedder = state.tenant.embedder
         if state.streaming:
-            tokens = answer_stream(question, passages, llm=llm, reverse_pack=state.reverse_pack, user_layer=user_layer)
+            events = answer_stream(question, passages, embedder=embedder, **options)
             while True:
                 try:
-                    state.emit("token", {"text": next(tokens)})
+                    event, text = next(events)
                 except StopIteration as done:
                     answer = done.value
                     break
+                state.emit(event, {"text": text})
             step.usage = llm.last_stream_usage or Usage(llm_calls=1)
         else:
-            answer, step.usage = answer_generate(
-                question, passages, llm=llm, reverse_pack=state.reverse_pack, user_layer=user_layer
-            )
+            answer, step.usage = answer_generate(question, passages, embedder=embedder, **options)
         state.answer = answer
         step.summary = {"mode": "llm", "model": getattr(llm, "name", ""), "reply": answer.text}
+        step.summary["short_answer"] = answer.short_answer
         step.summary["user_layer"] = layer_summary
         return state
 

@@ -19,6 +19,7 @@ from retrieval.types import Answer, Citation, Passage
 
 LABEL = "Extractive answer (no LLM configured); the most relevant passages say:"
 DEGRADED_LABEL = "Extractive answer (the LLM could not answer); the most relevant passages say:"
+SHORT_WORDS = 30  # the extractive short answer's most words
 _WORD = re.compile(r"[a-z0-9_]+")
 _STOP = frozenset(
     "a an and are as at be by can do does for from how i in is it my of on or the this to what when where which "
@@ -36,7 +37,9 @@ def answer_extract(
     """Up to ``sentences`` sentences of ``passages`` most relevant to ``question``, each cited ``[n]``.
 
     Sentences of 7-80 words that do not look like headings are candidates; when none qualify,
-    each passage's first 400 characters are. ``passages`` must not be empty.
+    each passage's first 400 characters are. ``passages`` must not be empty. The short answer
+    is the best-scoring sentence (its first ``SHORT_WORDS`` words and "…" when longer); each
+    quoted sentence is one entry of ``sentences``, cited and supported (coverage 1.0).
     """
     candidates: list[tuple[int, str]] = []
     for n, passage in enumerate(passages, start=1):
@@ -58,9 +61,11 @@ def answer_extract(
     chosen = sorted(np.argsort(-score)[:sentences], key=lambda i: (candidates[i][0], i))
     used: list[int] = []
     lines = []
+    quoted = []
     for i in chosen:
         n, sentence = candidates[i]
         lines.append(f"{sentence} [{n}]")
+        quoted.append({"text": sentence, "citations": [n], "supported": True, "added": False})
         if n not in used:
             used.append(n)
     text = label + "\n" + "\n".join(f"- {line}" for line in lines)
@@ -69,4 +74,13 @@ def answer_extract(
         text=text,
         mode="extractive",
         citations=[Citation(n=n, passage=passages[n - 1]) for n in sorted(used)],
+        short_answer=_shortened(candidates[int(np.argmax(score))][1]),
+        sentences=quoted,
+        citation_coverage=1.0,
     )
+
+
+def _shortened(sentence: str) -> str:
+    """``sentence``, or its first ``SHORT_WORDS`` words and "…" when it is longer."""
+    words = sentence.split()
+    return sentence if len(words) <= SHORT_WORDS else " ".join(words[:SHORT_WORDS]).rstrip(",;:") + "…"

@@ -13,74 +13,19 @@ context; here measured without asking an LLM):
   lower, an invented claim lower still. Sentences that cite nothing are counted by coverage,
   not by support.
 
-What counts as a sentence: the answer's text is split into lines; bullet and heading marks are
-dropped; the extractive answer's label line and introductory lines ending in ":" without a
-citation are skipped; each line is split into sentences (``sentence_offsets``, blingfire); a
-"sentence" of citation markers only, or markers that open a sentence, belong to the sentence
-before (``... ten minutes. [1] Drain ...``). Sentences without a letter or digit are skipped.
+What counts as a sentence is shared with the citation safety net that runs when an answer is
+made (``retrieval.stages.generate.citations``: ``answer_sentences``, ``passage_sentences``).
 """
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from knowledge.embedders import get_embedder
-from knowledge.ingestion.splitters import sentence_offsets
-from retrieval.stages.generate.extractive import DEGRADED_LABEL, LABEL
-from retrieval.stages.pack import text_defang
-from retrieval.types import Answer, Passage
+from retrieval.stages.generate.citations import answer_sentences, passage_sentences
+from retrieval.types import Answer
 
-_CITATION = re.compile(r"\[(\d{1,3})\]")
-_LEADING_MARKERS = re.compile(r"^\s*((?:\[\d{1,3}\]\s*)+)")
-_BULLET = re.compile(r"^\s*(?:[-*•+]|#{1,6}|\d{1,3}[.)])\s+")
-_WORD = re.compile(r"\w")
-_LABELS = frozenset({LABEL, DEGRADED_LABEL})
-
-
-def answer_sentences(text: str) -> list[tuple[str, list[int]]]:
-    """The claim sentences of an answer's ``text``: ``[(sentence without markers, cited numbers)]``.
-
-    Cited numbers are the ``[n]`` markers of the sentence, distinct, in order (not checked
-    against the passages). See the module docstring for what counts as a sentence.
-    """
-    sentences: list[tuple[str, list[int]]] = []
-    for raw_line in text.splitlines():
-        line = _BULLET.sub("", raw_line).strip()
-        if not line or line in _LABELS:
-            continue
-        if line.endswith(":") and not _CITATION.search(line):
-            continue
-        for start, end in sentence_offsets(line):
-            sentence = line[start:end].strip()
-            leading = _LEADING_MARKERS.match(sentence)
-            if leading and sentences:
-                # Markers that open a sentence close the one before it ("... boil. [1] Drain").
-                previous, numbers = sentences[-1]
-                sentences[-1] = (previous, _merged(numbers, _numbers(leading.group(1))))
-                sentence = sentence[leading.end() :]
-            plain = " ".join(_CITATION.sub(" ", sentence).split())
-            if not _WORD.search(plain):
-                continue
-            sentences.append((plain, _numbers(sentence)))
-    return sentences
-
-
-def _numbers(text: str) -> list[int]:
-    return list(dict.fromkeys(int(n) for n in _CITATION.findall(text)))
-
-
-def _merged(first: list[int], second: list[int]) -> list[int]:
-    return list(dict.fromkeys([*first, *second]))
-
-
-def passage_sentences(passage: Passage) -> list[str]:
-    """The sentences of a passage's (defanged) text, whitespace squashed; the whole text if none."""
-    text = text_defang(passage.text)
-    found = [" ".join(text[a:b].split()) for a, b in sentence_offsets(text)]
-    found = [s for s in found if _WORD.search(s)]
-    return found or ([" ".join(text.split())] if text.strip() else [])
+__all__ = ["answer_sentences", "answer_support", "passage_sentences"]
 
 
 def answer_support(answer: Answer, *, embedder) -> dict:
