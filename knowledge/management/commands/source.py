@@ -4,7 +4,7 @@ from django.core.management.base import CommandError
 
 from core.commands import TenantCommand
 from knowledge.models import Source
-from knowledge.selectors import source_overview
+from knowledge.selectors import source_overview_with_last_sync
 from knowledge.services.sources import source_create
 from knowledge.services.sync import source_sync
 
@@ -104,8 +104,8 @@ class Command(TenantCommand):
 
     def _list(self, tenant, o):
         rows = []
-        for source in source_overview(tenant=tenant):
-            last = source.sync_runs.order_by("-created_at").first()
+        for source in source_overview_with_last_sync(tenant=tenant):
+            last = source.last_sync
             rows.append(
                 {
                     "name": source.name,
