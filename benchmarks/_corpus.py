@@ -227,6 +227,7 @@ def tenant_bulk_load(
             texts = ["\n\n".join(c.text for c in group) for group in groups]
             versions = DocumentVersion.objects.bulk_create(
                 DocumentVersion(
+                    tenant=tenant,
                     document=document,
                     number=1,
                     text=text,

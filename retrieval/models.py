@@ -16,10 +16,6 @@ from core.models import Tenant
 from core.tenancy import TenantScopedQuerySet
 
 
-class TraceStepQuerySet(TenantScopedQuerySet):
-    tenant_path = "trace__tenant"
-
-
 class Trace(models.Model):
     """One run of an answer pipeline for a question of a tenant's user.
 
@@ -69,6 +65,10 @@ class Trace(models.Model):
             models.CheckConstraint(condition=Q(tokens_in__gte=0), name="trace_tokens_in_non_negative"),
             models.CheckConstraint(condition=Q(tokens_out__gte=0), name="trace_tokens_out_non_negative"),
             models.CheckConstraint(condition=Q(cost_usd__gte=0), name="trace_cost_usd_non_negative"),
+            # The target of the steps' (trace_id, tenant_id) foreign key (migration 0008), which
+            # keeps a step in its trace's tenant; a distributed table's key must hold the tenant
+            # too (docs/scale.md).
+            models.UniqueConstraint(fields=["id", "tenant"], name="trace_unique_id_tenant"),
         ]
         indexes = [
             # The admin changelist: a tenant's traces, newest first.
@@ -82,8 +82,15 @@ class Trace(models.Model):
 
 
 class TraceStep(models.Model):
-    """One stage of a traced run: its place in the run, wall time, compact summary and tokens."""
+    """One stage of a traced run: its place in the run, wall time, compact summary and tokens.
 
+    ``tenant`` is the trace's tenant, copied onto the step (set by ``trace_save``; a foreign key
+    ``(trace_id, tenant_id)`` to the trace's ``(id, tenant_id)``, migration 0008, refuses any
+    other), so row-level security and a distributed database find a step's tenant on its own row
+    (``docs/scale.md``).
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
     trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="steps")
     order = models.PositiveIntegerField()
     stage = models.CharField(max_length=100)
@@ -93,7 +100,7 @@ class TraceStep(models.Model):
     tokens_in = models.IntegerField(default=0)
     tokens_out = models.IntegerField(default=0)
 
-    objects = TraceStepQuerySet.as_manager()
+    objects = TenantScopedQuerySet.as_manager()
 
     class Meta:
         ordering = ["trace_id", "order"]

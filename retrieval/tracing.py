@@ -125,6 +125,7 @@ def trace_save(
         trace.save(force_insert=True)
         TraceStep.objects.bulk_create(
             TraceStep(
+                tenant_id=trace.tenant_id,
                 trace=trace,
                 order=order,
                 stage=step.stage,

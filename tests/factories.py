@@ -90,6 +90,7 @@ class DocumentVersionFactory(factory.django.DjangoModelFactory):
         model = "knowledge.DocumentVersion"
 
     document = factory.SubFactory(DocumentFactory)
+    tenant = factory.SelfAttribute("document.tenant")
     number = factory.LazyAttribute(lambda o: _next_number(o.document.versions, "number"))
     text = factory.Sequence(lambda n: f"Page {n}\n\nThe text of page {n}.")
     content_hash = factory.LazyAttribute(lambda o: hashlib.sha256(o.text.encode("utf-8")).hexdigest())

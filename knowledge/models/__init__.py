@@ -147,6 +147,10 @@ class Document(models.Model):
                 fields=["tenant", "external_id"],
                 name="document_unique_external_id_per_tenant",
             ),
+            # The target of the versions' (document_id, tenant_id) foreign key (migration 0019),
+            # which keeps a version in its document's tenant; a distributed table's key must hold
+            # the tenant too (docs/scale.md).
+            models.UniqueConstraint(fields=["id", "tenant"], name="document_unique_id_tenant"),
         ]
         indexes = [
             # Admin and API lists filter a tenant's documents by source.
@@ -165,9 +169,14 @@ class DocumentVersion(models.Model):
     """One content state of a document. Exactly one version per document is current.
 
     A version whose content already exists in the tenant as another document's current
-    version records that in ``duplicate_of`` and gets no chunks of its own.
+    version records that in ``duplicate_of`` and gets no chunks of its own. ``tenant`` is the
+    document's tenant, copied onto the version when it is made (a foreign key
+    ``(document_id, tenant_id)`` to the document's ``(id, tenant_id)``, migration 0019, refuses
+    any other), so row-level security and a distributed database find a version's tenant on its
+    own row (``docs/scale.md``).
     """
 
+    tenant = models.ForeignKey("core.Tenant", on_delete=models.CASCADE, related_name="+")
     document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="versions")
     number = models.PositiveIntegerField()
     text = models.TextField()

@@ -387,6 +387,7 @@ def _store(
             current.save(update_fields=["is_current"])
             current.chunks.update(is_current=False)  # kept for as_of search (docs/versions.md)
         version = DocumentVersion.objects.create(
+            tenant_id=document.tenant_id,
             document=document,
             number=number,
             text=read.text,

@@ -4,6 +4,7 @@ from dataclasses import replace
 from datetime import date
 
 import pytest
+from django.db import IntegrityError, connection, transaction
 
 from core.errors import InvalidInput, NotFound
 from knowledge.ingestion.splitters import SingleChunkSplitter
@@ -12,6 +13,7 @@ from knowledge.services import documents_ingest
 from knowledge.services.versions import versions_prune
 from knowledge.versions import as_of_parse, document_versions_list, version_diff
 from tests.conftest import DATABASES_2023, DATABASES_2025
+from tests.factories import DocumentFactory, TenantFactory
 
 
 def ingest(tenant, source, *documents):
@@ -46,6 +48,23 @@ def test_a_new_version_keeps_the_old_versions_chunks_marked_not_current(tenant, 
     assert [c.is_current for c in old.chunks.all()] == [False]
     assert [c.is_current for c in new.chunks.all()] == [True]
     assert "12" in old.chunks.get().text
+
+
+def test_every_version_carries_its_documents_tenant(tenant, source):
+    ingest(tenant, source, DATABASES_2023)
+    ingest(tenant, source, DATABASES_2025)
+
+    versions = DocumentVersion.objects.filter(document__external_id="ref/databases")
+    assert [v.tenant_id for v in versions] == [tenant.pk, tenant.pk]
+
+
+def test_a_version_in_another_tenant_than_its_document_is_refused(tenant):
+    document = DocumentFactory(source__tenant=tenant)
+    other = TenantFactory()
+    with pytest.raises(IntegrityError), transaction.atomic():
+        with connection.cursor() as cursor:  # the key is deferred: check it at the INSERT
+            cursor.execute("SET CONSTRAINTS version_document_same_tenant_fk IMMEDIATE")
+        DocumentVersion.objects.create(tenant=other, document=document, number=1, text="x", content_hash="0")
 
 
 def test_bm25_statistics_count_only_current_chunks_while_old_postings_stay_for_as_of(tenant, source):

@@ -8,6 +8,7 @@ from decimal import Decimal
 import pytest
 from celery.schedules import crontab
 from django.contrib.auth.models import Permission
+from django.db import IntegrityError, connection, transaction
 from django.template.loader import render_to_string
 from django.test import RequestFactory
 from django.urls import reverse
@@ -91,6 +92,20 @@ def test_saving_a_trace_stores_the_run_and_its_steps_in_order_in_a_few_queries(
     ]
     assert (steps[0].tokens_in, steps[0].tokens_out, steps[0].summary) == (40, 8, {"query": "boil spaghetti time"})
     assert (steps[3].error, steps[4].error) == ("", STEP_ERROR)
+
+
+def test_a_saved_traces_steps_carry_its_tenant(tenant):
+    trace = _trace(tenant)
+    assert set(TraceStep.objects.filter(trace=trace).values_list("tenant_id", flat=True)) == {tenant.pk}
+
+
+def test_a_step_in_another_tenant_than_its_trace_is_refused(tenant):
+    trace = _trace(tenant)
+    other = TenantFactory()
+    with pytest.raises(IntegrityError), transaction.atomic():
+        with connection.cursor() as cursor:  # the key is deferred: check it at the INSERT
+            cursor.execute("SET CONSTRAINTS tracestep_trace_same_tenant_fk IMMEDIATE")
+        TraceStep.objects.create(tenant=other, trace=trace, order=99, stage="retrieve")
 
 
 def test_a_trace_of_an_anonymous_run_has_no_user(tenant):

@@ -18,9 +18,8 @@ from retrieval.filters import RetrievalFilter
 from tests.api.conftest import client_for
 from tests.factories import MembershipFactory, UserFactory
 
+# Tenant-owned tables without a tenant_id column: their policy looks the parent row up.
 CHILD_TABLES = {
-    "knowledge_documentversion",
-    "retrieval_tracestep",
     "retrieval_turn",
     "quality_judgment",
     "people_profile",
@@ -67,6 +66,17 @@ def test_every_tenant_owned_table_has_row_level_security_and_the_tenant_policy(d
         )
         protected = {row[0] for row in cursor.fetchall()}
     assert protected == tables
+
+
+def test_versions_and_trace_steps_are_isolated_by_their_own_tenant_column_not_a_parent_lookup(db):
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT tablename, qual FROM pg_policies WHERE policyname = 'kb_tenant_isolation'"
+            " AND tablename IN ('knowledge_documentversion', 'retrieval_tracestep')"
+        )
+        policies = dict(cursor.fetchall())
+    assert set(policies) == {"knowledge_documentversion", "retrieval_tracestep"}
+    assert all(qual.startswith("(tenant_id = ") and "EXISTS" not in qual for qual in policies.values())
 
 
 def test_a_raw_query_without_a_tenant_filter_sees_only_the_contexts_tenant(corpus, other_tenant_corpus):
