@@ -35,6 +35,7 @@ with the reason. After a malformed or empty reply the next stages may still call
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date
@@ -52,7 +53,7 @@ from retrieval.stages.base import depth_for, stages_run
 from retrieval.stages.fuse import Fuse
 from retrieval.stages.generate import Generate
 from retrieval.stages.pack import Pack
-from retrieval.stages.rerank import Rerank
+from retrieval.stages.rerank import SIGNAL_RERANKERS, Rerank
 from retrieval.stages.retrieve.candidates import Retrieve
 from retrieval.stages.rewrite.condense import Condense
 from retrieval.stages.rewrite.expand import Expand
@@ -110,7 +111,8 @@ def pipeline_spec(*, tenant, name: str | None = None, overrides: dict | None = N
 
     Settings layer as defaults < ``KB_FUSION`` < ``tenant.retrieval_config`` < ``overrides``
     (keys: ``retrieval.schema.setting_keys()``). ``InvalidInput`` naming the key for an unknown
-    pipeline, an unknown key or a bad value.
+    pipeline, an unknown key or a bad value. A spec resolved before from the same inputs is
+    returned as it was (kept per process; specs are frozen), so repeated searches skip validation.
     """
     stored = dict(tenant.retrieval_config or {}) if tenant is not None else {}
     wanted = {**stored, **(overrides or {})}
@@ -119,6 +121,36 @@ def pipeline_spec(*, tenant, name: str | None = None, overrides: dict | None = N
     name = name or wanted.get(PIPELINE_KEY) or settings.KB_PIPELINE
     if name not in PIPELINE_NAMES:
         raise InvalidInput(f"Unknown pipeline {name!r}; use one of {', '.join(PIPELINE_NAMES)}.")
+    key = _spec_key(name, wanted)
+    spec = _specs.get(key) if key is not None else None
+    if spec is None:
+        spec = _spec_build(name, wanted)
+        if key is not None:
+            if len(_specs) >= SPECS_KEPT:
+                _specs.clear()
+            _specs[key] = spec
+    return spec
+
+
+# Resolved specs by their inputs (pipeline, KB_FUSION, the registered rerankers, the settings with
+# their types), so a tenant's repeated searches skip validating its settings
+# (``benchmarks/stages_latency.py --outside``). A spec is frozen and its parts are never changed in
+# place, so one object serves every run.
+SPECS_KEPT = 512
+_specs: dict[tuple, PipelineSpec] = {}
+
+
+def _spec_key(name: str, wanted: dict) -> tuple | None:
+    """The cache key of a spec: ``None`` when a value is not a plain scalar (never cached)."""
+    items = []
+    for key, value in sorted(wanted.items()):
+        if value is not None and not isinstance(value, (str, int, float, bool)):
+            return None
+        items.append((key, type(value).__name__, value))
+    return (name, settings.KB_FUSION, tuple(SIGNAL_RERANKERS), tuple(items))
+
+
+def _spec_build(name: str, wanted: dict) -> PipelineSpec:
     grouped = settings_validate({"fusion": settings.KB_FUSION, **wanted})
     search = grouped.pop(SearchConfig)
     own = grouped.pop(PipelineSpec, {})
@@ -267,14 +299,29 @@ def _spec_for(tenant, pipeline, overrides) -> PipelineSpec:
     return pipeline_spec(tenant=tenant, name=pipeline, overrides=overrides)
 
 
-def _state_new(*, tenant, spec: PipelineSpec, user, source_ids, as_of, options: dict | None, **fields) -> RunState:
-    """A run's ``RunState``: the request's options checked, its retrieval filter built (access
-    rules of ``user``, sources, ``as_of``, summary chunks), and the other ``fields`` as given."""
+SCOPE_STEP = "scope"
+
+
+def _state_new(
+    *, started: float, tenant, spec: PipelineSpec, user, source_ids, as_of, options: dict | None, **fields
+) -> RunState:
+    """A run's ``RunState``, timed from ``started`` (``time.perf_counter()`` when the pipeline was
+    called): the request's options checked, its retrieval filter built (access rules of ``user``,
+    sources, ``as_of``, summary chunks), and the other ``fields`` as given.
+
+    Its first step, ``scope``, is the time from ``started`` to here: the arguments checked, the
+    pipeline's settings resolved, the asker's access scope read (one query for a signed-in user,
+    none otherwise) and the filter built; its summary names the pipeline and the filter.
+    """
     options = _options(options)
     where = retrieval_filter(
         tenant=tenant, user=user, source_ids=source_ids, as_of=as_of, summaries=_summaries_wanted(spec, options)
     )
-    return RunState(tenant=tenant, spec=spec, where=where, user=user, options=options, **fields)
+    state = RunState(tenant=tenant, spec=spec, where=where, user=user, options=options, started=started, **fields)
+    state.step_add(
+        Step(stage=SCOPE_STEP, ms=state.elapsed_ms(), summary={"pipeline": spec.name, "filter": where.summary()})
+    )
+    return state
 
 
 def pipeline_retrieve(
@@ -302,6 +349,7 @@ def pipeline_retrieve(
     ``InvalidInput`` for an empty or over-long query, ``k`` outside 1-200, an unknown mode
     or pipeline. LLM failures degrade (see the module docstring), never raise.
     """
+    started = time.perf_counter()
     query = _question_check(query, label="query")
     if not 1 <= k <= 200:
         raise InvalidInput("k must be between 1 and 200.")
@@ -310,6 +358,7 @@ def pipeline_retrieve(
     if mode not in MODES:
         raise InvalidInput(f"Unknown mode {mode!r}; use one of {', '.join(MODES)}.")
     state = _state_new(
+        started=started,
         tenant=tenant,
         spec=spec,
         user=user,
@@ -366,6 +415,7 @@ def pipeline_answer(
     streamed. ``as_of`` and ``options`` as in ``pipeline_retrieve``. ``InvalidInput`` for bad
     arguments.
     """
+    started = time.perf_counter()
     question = _question_check(question)
     if not 1 <= k <= 20:
         raise InvalidInput("k must be between 1 and 20.")
@@ -374,6 +424,7 @@ def pipeline_answer(
     if any(value is not None for value in pack.values()):
         spec = spec.with_settings(**{key: value for key, value in pack.items() if value is not None})
     state = _state_new(
+        started=started,
         tenant=tenant,
         spec=spec,
         user=user,

@@ -96,10 +96,15 @@ class RunState:
             yield record
         finally:
             record.ms = (time.perf_counter() - started) * 1000
-            self.steps.append(record)
-            self.usage.add(record.usage)
-            if self.emit is not None:
-                self.emit("step", {**record.as_dict(), "summary": record.summary})
+            self.step_add(record)
+
+    def step_add(self, record: Step) -> None:
+        """Add a finished step (``record.ms`` already measured) to the run's record: its LLM usage
+        counted, ``emit`` told (``"step"``)."""
+        self.steps.append(record)
+        self.usage.add(record.usage)
+        if self.emit is not None:
+            self.emit("step", {**record.as_dict(), "summary": record.summary})
 
     @property
     def streaming(self) -> bool:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
-from django.db import connection
+from django.db import connection, transaction
 
 from knowledge.models import DocumentVersion
 from knowledge.models.dedup import NearDuplicateMember, NearDuplicatePair
@@ -91,6 +92,35 @@ def tenant_has_duplicates(*, tenant) -> bool:
             {"tenant": tenant_id},
         )
         return bool(cursor.fetchone()[0])
+
+
+# Tenant id -> (checked at, monotonic seconds; whether the tenant holds a duplicate), kept per
+# process for DUPLICATES_TTL_S so a search pays no query for it (``tenant_has_duplicates_recent``).
+# This process forgets a tenant as soon as it records a duplicate there
+# (``tenant_duplicates_changed``); other processes see it within the TTL.
+DUPLICATES_TTL_S = 30.0
+_duplicates_seen: dict[int, tuple[float, bool]] = {}
+
+
+def tenant_has_duplicates_recent(*, tenant) -> bool:
+    """``tenant_has_duplicates``, answered from this process's memory when it was asked less than
+    ``DUPLICATES_TTL_S`` seconds ago (and no duplicate was recorded here since): what search asks
+    on every run. ``tenant`` is a ``Tenant`` or its id."""
+    tenant_id = tenant if isinstance(tenant, int) else tenant.pk
+    now = time.monotonic()
+    seen = _duplicates_seen.get(tenant_id)
+    if seen is None or now - seen[0] >= DUPLICATES_TTL_S:
+        seen = _duplicates_seen[tenant_id] = (now, tenant_has_duplicates(tenant=tenant_id))
+    return seen[1]
+
+
+def tenant_duplicates_changed(*, tenant) -> None:
+    """Forget what ``tenant_has_duplicates_recent`` knows of ``tenant`` (a ``Tenant`` or its id):
+    now, and again when the current transaction commits (a search in between could have read the
+    state before it). Called by whatever records a duplicate or a near-duplicate cluster."""
+    tenant_id = tenant if isinstance(tenant, int) else tenant.pk
+    _duplicates_seen.pop(tenant_id, None)
+    transaction.on_commit(lambda: _duplicates_seen.pop(tenant_id, None))
 
 
 def duplicates_for_versions(*, tenant, version_ids: list[int], near: bool = True) -> Duplicates:

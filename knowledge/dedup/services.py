@@ -32,6 +32,7 @@ from knowledge.dedup.near import (
     signature_from_bytes,
     signatures,
 )
+from knowledge.dedup.selectors import tenant_duplicates_changed
 from knowledge.ingestion_settings import jaccard_threshold
 from knowledge.models import DocumentVersion
 from knowledge.models.dedup import MinHashSignature, NearDuplicateCluster, NearDuplicateMember, NearDuplicatePair
@@ -216,6 +217,7 @@ def clusters_rebuild(*, tenant: Tenant) -> int:
         NearDuplicateMember.objects.bulk_create(rows, batch_size=1000)
         NearDuplicateCluster.objects.for_tenant(tenant).exclude(pk__in=used).delete()
         NearDuplicateCluster.objects.filter(pk__in=used).update(updated_at=_now())
+        tenant_duplicates_changed(tenant=tenant)
     return len(components)
 
 

@@ -37,6 +37,7 @@ from core.errors import InvalidInput
 from core.models import Tenant
 from core.queue import task_enqueue
 from knowledge import task_names
+from knowledge.dedup.selectors import tenant_duplicates_changed
 from knowledge.embedders import Embedder, get_embedder
 from knowledge.enrichment.services import enrichment_enqueue
 from knowledge.ingestion.readers import SUPPORTED_EXTENSIONS, ReadDocument, read_path
@@ -401,6 +402,7 @@ def _store(
             chunks = _chunks_create(version, item.spans, item.vectors, embedder_key)
     if duplicate_version_id is not None:
         status = "duplicate"
+        tenant_duplicates_changed(tenant=document.tenant_id)
     else:
         status = "updated" if current is not None else "created"
     return IngestOutcome(read.external_id, status, document.pk, number, len(chunks), duplicate_version_id)

@@ -118,10 +118,10 @@ def test_ask_names_its_pipeline_and_returns_steps_and_a_trace_the_caller_can_rea
     assert response.status_code == 200
     body = response.json()
     assert body["pipeline"] == "expand" and body["degraded"] is False
-    assert [s["stage"] for s in body["steps"]] == ["expand", "retrieve", "fuse", "pack", "generate"]
+    assert [s["stage"] for s in body["steps"]] == ["scope", "expand", "retrieve", "fuse", "pack", "generate"]
     assert body["usage"]["llm_calls"] == 0 and body["citations"]
     trace = member_client.get(f"/api/v1/traces/{body['trace_id']}/").json()
-    assert trace["pipeline"] == "expand" and trace["steps"][0]["summary"]["method"] == "rm3"
+    assert trace["pipeline"] == "expand" and trace["steps"][1]["summary"]["method"] == "rm3"
 
 
 def test_ask_with_an_unknown_pipeline_is_a_400(corpus, member_client):

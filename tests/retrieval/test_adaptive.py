@@ -35,7 +35,7 @@ def test_a_confident_retrieval_answers_at_the_simple_level(corpus):
         overrides={"adaptive_threshold": 0.0},
     )
     assert run.escalation["level"] == "simple" and run.escalation["reason"] == "confident"
-    assert stages(run) == ["retrieve", "fuse", "escalate", "pack", "generate"]
+    assert stages(run) == ["scope", "retrieve", "fuse", "escalate", "pack", "generate"]
     assert run.as_dict()["escalation"]["levels"][0]["level"] == "simple"
     assert [method for method, _ in llm.calls] == ["structured"]
 

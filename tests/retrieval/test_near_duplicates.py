@@ -89,6 +89,17 @@ def test_an_exact_duplicate_is_one_result_shown_at_its_freshest_place_with_also_
     assert BIKE.text.split("\n\n")[1][:40] in data["text"]
 
 
+def test_a_duplicate_ingested_after_a_search_is_shown_by_the_next_search(tenant):
+    first = SourceFactory(tenant=tenant, name="wiki")
+    mirror = SourceFactory(tenant=tenant, name="mirror")
+    documents_ingest(tenant=tenant, source=first, documents=[BIKE])
+    before = chunk_search(tenant=tenant, query="patch the inner tube puncture", k=5).results
+    assert before[0].as_dict()["also_in"] == []  # no duplicate yet (and the process remembers that)
+    documents_ingest(tenant=tenant, source=mirror, documents=[replace(BIKE, external_id="mirror/bike")])
+    after = chunk_search(tenant=tenant, query="patch the inner tube puncture", k=5).results
+    assert len(after) == 1 and len(after[0].as_dict()["also_in"]) == 1
+
+
 def test_the_api_search_takes_collapse_and_returns_the_duplicate_fields(two_releases):  # noqa: F811
     client = client_for(MembershipFactory(tenant=two_releases).user)
     body = client.post("/api/v1/search/", {"query": QUESTION, "k": 5}, format="json").json()

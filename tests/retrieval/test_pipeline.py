@@ -80,8 +80,26 @@ def test_the_simple_pipeline_ranks_exactly_like_plain_hybrid_search(corpus):
     run = pipeline_retrieve(tenant=corpus, query="fix a flat tyre", pipeline="simple", k=3)
     plain = chunk_search(tenant=corpus, query="fix a flat tyre", k=3)
     assert [r.chunk.pk for r in run.results] == [r.chunk.pk for r in plain.results]
-    assert stages(run) == ["retrieve", "fuse"]
+    assert stages(run) == ["scope", "retrieve", "fuse"]
     assert run.usage.llm_calls == 0 and not run.degraded
+
+
+def test_every_run_starts_with_a_scope_step_naming_its_pipeline_and_the_askers_filter(corpus, member):
+    run = pipeline_retrieve(tenant=corpus, query="fix a flat tyre", user=member)
+    scope = run.steps[0]
+    assert scope.stage == "scope" and scope.summary["pipeline"] == "simple"
+    assert scope.summary["filter"]["access"] == {"user": member.pk, "groups": [], "restricted": False}
+    assert 0 < scope.ms and sum(step.ms for step in run.steps) <= run.total_ms
+
+
+def test_a_changed_tenant_setting_applies_to_the_next_spec(corpus):
+    first = pipeline_spec(tenant=corpus)
+    assert pipeline_spec(tenant=corpus) is first  # resolved once for the same settings
+    corpus.retrieval_config = {"fusion": "rrf"}
+    assert pipeline_spec(tenant=corpus).search.fusion == "rrf" != first.search.fusion
+    corpus.retrieval_config = {"fusion": 3}
+    with pytest.raises(InvalidInput, match="fusion"):
+        pipeline_spec(tenant=corpus)
 
 
 def test_the_shared_filter_limits_both_retrievers_to_the_chosen_sources(corpus):
@@ -118,7 +136,7 @@ def test_rm3_adds_feedback_terms_and_keeps_the_query_terms_heaviest(corpus):
 
 def test_without_an_llm_the_expand_pipeline_is_rm3_and_says_so(corpus):
     run = pipeline_retrieve(tenant=corpus, query="flat tyre", pipeline="expand", use_llm=False)
-    expand = run.steps[0]
+    expand = run.steps[1]
     assert expand.stage == "expand" and expand.summary["method"] == "rm3"
     assert not run.degraded
     assert run.results[0].chunk.version.document.external_id == "howto/bike-tyre"
@@ -141,8 +159,8 @@ def test_rephrasing_searches_the_query_the_llm_passed_to_the_search_tool(corpus)
     assert method == "tool_call" and TOOL_NAME in messages[0]["content"]
     assert [m["content"] for m in messages[1:]] == ["my bike", "it went flat, help"]
     run = pipeline_retrieve(tenant=corpus, query="it went flat, help", pipeline="rephrase", llm=llm)
-    assert run.steps[0].summary["query"] == "how to repair a punctured bicycle inner tube"
-    assert run.steps[1].summary["queries"]["lexical"] == "how to repair a punctured bicycle inner tube"
+    assert run.steps[1].summary["query"] == "how to repair a punctured bicycle inner tube"
+    assert run.steps[2].summary["queries"]["lexical"] == "how to repair a punctured bicycle inner tube"
     assert run.results[0].chunk.version.document.external_id == "howto/bike-tyre"
 
 
@@ -154,7 +172,7 @@ def test_hyde_searches_the_mean_of_the_question_and_passage_embeddings(corpus):
     assert summary["passage"] == passage and usage.llm_calls == 1
     assert hyde_embed([1.0, 0.0], [0.0, 1.0], mix=0.5) == pytest.approx([0.7071068, 0.7071068])
     run = pipeline_retrieve(tenant=corpus, query="flat tyre?", pipeline="hyde", llm=llm)
-    assert run.steps[1].summary["queries"]["dense"] == "HyDE vector"
+    assert run.steps[2].summary["queries"]["dense"] == "HyDE vector"
     assert run.results[0].chunk.version.document.external_id == "howto/bike-tyre"
 
 
@@ -165,12 +183,12 @@ def test_the_advanced_pipeline_runs_every_stage_in_order_and_counts_llm_usage(co
         chat_reply="Patch the inner tube [1].",
     )
     run = pipeline_answer(tenant=corpus, question="flat tyre?", pipeline="advanced", llm=llm, trace=False)
-    assert stages(run) == ["rephrase", "expand", "retrieve", "fuse", "pack", "generate"]
+    assert stages(run) == ["scope", "rephrase", "expand", "retrieve", "fuse", "pack", "generate"]
     assert run.usage.llm_calls == 3 and run.usage.tokens_in == 300
     assert run.answer.citations[0].as_dict()["document"] == "howto/bike-tyre"
-    rephrase = run.steps[0]
+    rephrase = run.steps[1]
     assert 0 < rephrase.ms <= run.total_ms  # a measured wall time, inside the run's
-    assert run.as_dict()["steps"][0] == {"stage": "rephrase", "ms": round(rephrase.ms, 2)}  # no error key
+    assert run.as_dict()["steps"][1] == {"stage": "rephrase", "ms": round(rephrase.ms, 2)}  # no error key
 
 
 def test_a_failing_llm_degrades_once_and_the_rest_of_the_run_goes_without_it(corpus):
@@ -178,14 +196,14 @@ def test_a_failing_llm_degrades_once_and_the_rest_of_the_run_goes_without_it(cor
     run = pipeline_answer(tenant=corpus, question="flat tyre?", pipeline="advanced", llm=llm, trace=False)
     assert len(llm.calls) == 1  # expand and generate did not try the dead endpoint again
     assert run.degraded and run.degraded_reason.startswith("rephrase: The LLM endpoint refused")
-    assert run.steps[0].error and run.steps[1].summary["method"] == "rm3"
+    assert run.steps[1].error and run.steps[2].summary["method"] == "rm3"
     assert run.answer.mode == "extractive" and run.answer.citations
 
 
 def test_malformed_expansion_output_falls_back_to_rm3(corpus):
     llm = ScriptedLLM(structured_reply=LLMBadOutput("The LLM's reply was not valid JSON."), chat_reply="x [1]")
     run = pipeline_retrieve(tenant=corpus, query="flat tyre", pipeline="expand", llm=llm)
-    assert run.degraded and run.steps[0].summary["fallback"] == "rm3"
+    assert run.degraded and run.steps[1].summary["fallback"] == "rm3"
     assert run.results[0].chunk.version.document.external_id == "howto/bike-tyre"
 
 
@@ -215,12 +233,13 @@ def test_the_answer_run_reports_pipeline_steps_and_a_saved_trace(corpus, member)
     run = pipeline_answer(tenant=corpus, question="How long do I boil spaghetti?", use_llm=False, user=member)
     payload = run.as_dict()
     assert payload["pipeline"] == "simple" and payload["degraded"] is False
-    assert [s["stage"] for s in payload["steps"]] == ["retrieve", "fuse", "pack", "generate"]
+    assert [s["stage"] for s in payload["steps"]] == ["scope", "retrieve", "fuse", "pack", "generate"]
     from retrieval.models import Trace
 
     trace = Trace.objects.get(pk=payload["trace_id"])
     assert trace.tenant_id == corpus.pk and trace.user_id == member.pk
     assert list(trace.steps.order_by("order").values_list("stage", flat=True)) == [
+        "scope",
         "retrieve",
         "fuse",
         "pack",
@@ -244,7 +263,7 @@ def test_each_llm_pipeline_answers_with_the_real_local_llm(corpus, local_llm_url
     assert run.answer.text.strip()  # the tiny model's reply is recorded, not judged
     assert run.usage.llm_calls >= 2, run.degraded_reason  # the rewrite stage and the answer
     assert all(1 <= c.n <= len(run.steps[-2].summary["passages"]) for c in run.answer.citations)
-    rewrite = run.steps[0]
+    rewrite = run.steps[1]
     assert rewrite.stage == ("rephrase" if pipeline == "advanced" else pipeline)
     # The LLM's output is in the trace: the stage's result, or the tiny model's malformed reply
     # next to the error when its JSON broke (then the stage fell back and the run says so).
@@ -300,8 +319,8 @@ def test_a_run_with_an_event_callback_reports_each_step_and_streams_the_answer(c
         tenant=corpus, question="flat tyre?", llm=llm, trace=False, on_event=lambda e, d: events.append((e, d))
     )
     kinds = [event for event, _ in events]
-    assert kinds[:3] == ["step", "step", "step"]  # retrieve, fuse, pack before any token
-    assert [d["stage"] for e, d in events if e == "step"] == ["retrieve", "fuse", "pack", "generate"]
+    assert kinds[:4] == ["step", "step", "step", "step"]  # scope, retrieve, fuse, pack before any token
+    assert [d["stage"] for e, d in events if e == "step"] == ["scope", "retrieve", "fuse", "pack", "generate"]
     streamed = "".join(d["text"] for e, d in events if e == "token")
     assert streamed.strip() == "Patch the inner tube [1]."
     assert run.answer.text == "Patch the inner tube [1]." and [c.n for c in run.answer.citations] == [1]

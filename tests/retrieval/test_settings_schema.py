@@ -71,7 +71,7 @@ def test_a_reranker_registered_from_another_app_runs_in_the_chain_with_its_own_s
     reranker_register(path, before="retrieval.stages.rerank.diversity")
     try:
         run = pipeline_retrieve(tenant=corpus, query="fix a flat tyre", k=3, overrides={"reverse_top": 2})
-        assert [s.stage for s in run.steps] == ["retrieve", "fuse", "reverse"]
+        assert [s.stage for s in run.steps] == ["scope", "retrieve", "fuse", "reverse"]
         assert run.steps[-1].summary == {"reversed": 2}
         ids = [r.chunk.pk for r in plain.results]
         assert [r.chunk.pk for r in run.results] == [ids[1], ids[0], ids[2]]

@@ -46,7 +46,7 @@ def test_the_stream_is_the_runs_steps_then_tokens_then_the_presented_answer(corp
         answer_events(tenant=corpus, user=None, present=lambda a: {"text": a["answer"]}, question="flat tyre?", llm=llm)
     )
     events = [parsed(frame) for frame in frames]
-    assert [e for e, _ in events if e != "token"] == ["step"] * 4 + ["answer"]
+    assert [e for e, _ in events if e != "token"] == ["step"] * 5 + ["answer"]  # scope, retrieve, fuse, pack, generate
     assert "".join(d["text"] for e, d in events if e == "token").strip() == "Patch the inner tube [1]."
     assert events[-1] == ("answer", {"text": "Patch the inner tube [1]."})
 

@@ -98,8 +98,8 @@ def test_superrag_answers_from_the_kept_relevant_texts_with_citations_to_their_c
         chat_reply="Patch the hole with glue and a rubber patch [1].",
     )
     run = pipeline_answer(tenant=corpus, question=QUESTION, pipeline="superrag", llm=llm, trace=False)
-    assert stages(run) == ["retrieve", "fuse", "llm_score", "pack", "generate"]
-    score = run.steps[2].summary
+    assert stages(run) == ["scope", "retrieve", "fuse", "llm_score", "pack", "generate"]
+    score = run.steps[3].summary
     assert score["candidates"] == 3 and score["scored_by_llm"] == 3 and score["threshold"] == 0.5
     assert [confidence for _, confidence in score["kept"]] == [0.9]
     [citation] = run.answer.citations
@@ -137,8 +137,8 @@ def test_without_an_llm_fused_scores_and_best_sentences_stand_in_and_the_step_sa
     assert scored[0].relevant_text and scored[0].relevant_text != scored[0].chunk.text.strip()  # one sentence
 
     run = pipeline_answer(tenant=corpus, question=QUESTION, pipeline="superrag", use_llm=False, trace=False)
-    assert stages(run) == ["retrieve", "fuse", "llm_score", "pack", "generate"]
-    assert run.steps[2].summary["mode"].startswith("no LLM: ")
+    assert stages(run) == ["scope", "retrieve", "fuse", "llm_score", "pack", "generate"]
+    assert run.steps[3].summary["mode"].startswith("no LLM: ")
     assert run.answer.mode == "extractive" and not run.degraded and run.usage.llm_calls == 0
     assert run.answer.citations[0].passage.document.external_id == "howto/bike-tyre"
 
@@ -151,13 +151,13 @@ def test_an_llm_failure_mid_scoring_still_answers_degraded_from_what_was_gathere
     )
     run = pipeline_answer(tenant=corpus, question=QUESTION, pipeline="superrag", llm=llm)
     assert [method for method, _ in llm.calls] == ["structured", "structured"]  # the third was skipped
-    score = run.steps[2]
+    score = run.steps[3]
     assert run.degraded and run.degraded_reason.startswith(f"llm_score: {failure}")
     assert score.error.startswith("2 of 3 scorings failed") and len(score.summary["failed"]) == 2
     assert [c["by"] for c in score.summary["scores"]] == ["llm", "fused", "fused"]
     assert run.answer.text.startswith(DEGRADED_LABEL) and run.answer.citations
     assert run.answer.citations[0].passage.text == QUOTE
-    assert stages(run) == ["retrieve", "fuse", "llm_score", "pack", "generate"] and run.trace_id
+    assert stages(run) == ["scope", "retrieve", "fuse", "llm_score", "pack", "generate"] and run.trace_id
 
 
 def test_a_malformed_grading_keeps_the_fused_score_and_the_llm_still_answers(corpus):

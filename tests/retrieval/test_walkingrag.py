@@ -117,7 +117,7 @@ def test_the_walk_stops_when_the_llm_says_the_facts_suffice_and_answers_citing_t
     )
     run = walk(walk_corpus, llm)
 
-    assert [s.stage for s in run.steps] == ["walk.round1", "walk", "generate"]
+    assert [s.stage for s in run.steps] == ["scope", "walk.round1", "walk", "generate"]
     assert rounds_of(run)[0].summary["stop_reason"] == walk_step(run).summary["stop_reason"] == "sufficient"
     assert run.answer.text == "File an expense report [1]." and not run.degraded
     [citation] = run.answer.citations
@@ -237,12 +237,12 @@ def test_every_round_streams_its_facts_new_queries_and_stop_reason_as_a_step_eve
     walk(walk_corpus, llm, on_event=lambda event, data: events.append((event, data)))
 
     steps = [data for event, data in events if event == "step"]
-    assert [s["stage"] for s in steps] == ["walk.round1", "walk.round2", "walk", "generate"]
-    assert steps[0]["summary"]["facts"][0]["fact"] == "Trip costs follow the expense reports."
-    assert steps[0]["summary"]["new_queries"] == ["Expense reports section deadline"]
-    assert steps[1]["summary"]["stop_reason"] == "sufficient"
+    assert [s["stage"] for s in steps] == ["scope", "walk.round1", "walk.round2", "walk", "generate"]
+    assert steps[1]["summary"]["facts"][0]["fact"] == "Trip costs follow the expense reports."
+    assert steps[1]["summary"]["new_queries"] == ["Expense reports section deadline"]
+    assert steps[2]["summary"]["stop_reason"] == "sufficient"
     first_token = next(i for i, (event, _) in enumerate(events) if event == "token")
-    assert [event for event, _ in events[:first_token]] == ["step", "step", "step"]  # rounds before the answer
+    assert [event for event, _ in events[:first_token]] == ["step"] * 4  # scope and rounds before the answer
 
 
 # --- Faults and the LLM-free counterpart -------------------------------------------------------
@@ -271,6 +271,7 @@ def test_an_llm_timeout_in_the_second_round_still_answers_degraded_from_the_firs
 
     trace = Trace.objects.get(pk=run.trace_id)
     assert list(trace.steps.order_by("order").values_list("stage", flat=True)) == [
+        "scope",
         "walk.round1",
         "walk.round2",
         "walk",
@@ -282,7 +283,7 @@ def test_an_llm_timeout_in_the_second_round_still_answers_degraded_from_the_firs
 def test_without_an_llm_the_walk_is_one_round_of_retrieval_and_an_extractive_answer_and_says_so(walk_corpus):
     run = walk(walk_corpus, None, k=2, use_llm=False)
 
-    assert [s.stage for s in run.steps] == ["walk.round1", "walk", "generate"]
+    assert [s.stage for s in run.steps] == ["scope", "walk.round1", "walk", "generate"]
     [only] = rounds_of(run)
     assert only.summary["stop_reason"] == "no_llm" and only.summary["reason"].startswith("no LLM configured")
     assert len(only.summary["chunks_read"]) == 2
@@ -326,11 +327,11 @@ def test_the_real_local_llm_walks_one_round_and_answers_with_citations_to_chunks
 
     trace = Trace.objects.get(pk=run.trace_id)
     stages = list(trace.steps.order_by("order").values_list("stage", flat=True))
-    assert stages == ["walk.round1", "walk", "generate"]
+    assert stages == ["scope", "walk.round1", "walk", "generate"]
     round1 = trace.steps.get(stage="walk.round1")
     # The LLM's output is in the trace: its facts and queries, or its malformed reply next to the error.
     assert "facts" in round1.summary or ("llm_reply" in round1.summary and round1.error)
-    assert round1.summary["stop_reason"] and run.steps[0].usage.llm_calls >= 1, run.degraded_reason
+    assert round1.summary["stop_reason"] and run.steps[1].usage.llm_calls >= 1, run.degraded_reason
     assert trace.steps.get(stage="walk").summary["stop_reason"] == round1.summary["stop_reason"]
     assert run.answer.text.strip()
     read = set(walk_step(run).summary["chunks_read"])

@@ -1,6 +1,7 @@
 """Signal reranker ``near_duplicates`` (see ``retrieval.stages.rerank``, first in the chain).
 
-Active when the tenant holds any duplicate (``tenant_has_duplicates``, one query per run). Every
+Active when the tenant holds any duplicate (``tenant_has_duplicates_recent``: one query per tenant
+and process every 30 s, not per run). Every
 result is then annotated with where its content also appears:
 
 * ``also_in``: the other documents holding the exact same content (``DocumentVersion.duplicate_of``;
@@ -26,7 +27,12 @@ from django.db import connection
 from django.db.models.base import ModelState
 
 from core.schema import setting
-from knowledge.dedup.selectors import Place, chunks_nearest_in_versions, duplicates_for_versions, tenant_has_duplicates
+from knowledge.dedup.selectors import (
+    Place,
+    chunks_nearest_in_versions,
+    duplicates_for_versions,
+    tenant_has_duplicates_recent,
+)
 from knowledge.models import Chunk, Document, DocumentVersion, Source
 from retrieval.stages.fetch import chunks_load
 
@@ -59,10 +65,12 @@ def collapse_wanted(run) -> bool:
 
 def active(run) -> bool:
     """Whether the run's tenant holds any duplicate (a near-duplicate cluster or an exact duplicate):
-    then results are annotated, and collapsed when wanted. Asked once per run (cached on it)."""
+    then results are annotated, and collapsed when wanted. Asked once per run (cached on it), and
+    answered from the process's memory for ``DUPLICATES_TTL_S`` seconds
+    (``knowledge.dedup.selectors.tenant_has_duplicates_recent``), so a search pays no query for it."""
     cached = run.memo.get(NAME)
     if cached is None:
-        cached = run.memo[NAME] = tenant_has_duplicates(tenant=run.tenant)
+        cached = run.memo[NAME] = tenant_has_duplicates_recent(tenant=run.tenant)
     return cached
 
 
