@@ -7,8 +7,7 @@ from dataclasses import dataclass, field
 
 from django.db import connection, transaction
 
-from knowledge.models import DocumentVersion
-from knowledge.models.dedup import NearDuplicateMember, NearDuplicatePair
+from knowledge.models.dedup import NearDuplicatePair
 
 
 @dataclass
@@ -59,21 +58,8 @@ class Duplicates:
     pairs: dict[tuple[int, int], tuple[str, str, int]] = field(default_factory=dict)
 
 
-_PLACE_FIELDS = (
-    "id",
-    "number",
-    "document_id",
-    "document__external_id",
-    "document__title",
-    "document__uri",
-    "document__source__name",
-    "document__source_id",
-    "published_at",
-    "ingested_at",
-)
-
-
 def _place(row) -> Place:
+    """A ``Place`` from the ten place columns of ``_DUPLICATES`` (``_PLACE_SQL``), in field order."""
     return Place(*row)
 
 
@@ -123,43 +109,79 @@ def tenant_duplicates_changed(*, tenant) -> None:
     transaction.on_commit(lambda: _duplicates_seen.pop(tenant_id, None))
 
 
-def duplicates_for_versions(*, tenant, version_ids: list[int], near: bool = True) -> Duplicates:
-    """Exact and (when ``near``) near duplicates of ``version_ids`` in ``tenant`` only (3 queries at most).
+# The places of versions (exact duplicates of the wanted versions, and the current members of their
+# near-duplicate clusters) and the stored pairs among those members, in one statement: each row is
+# (part, key, other, kind, update, *place); "also" rows are keyed by the version they duplicate,
+# "member" rows by their cluster, "pair" rows by their older version (other: the newer one).
+_PLACE_SQL = (
+    "v.id, v.number, v.document_id, d.external_id::text, d.title::text, d.uri::text, s.name::text,"
+    " d.source_id, v.published_at, v.ingested_at"
+)
+_NO_PLACE_SQL = (
+    "NULL::bigint, NULL::integer, NULL::bigint, NULL::text, NULL::text, NULL::text, NULL::text,"
+    " NULL::bigint, NULL::timestamptz, NULL::timestamptz"
+)
+_DUPLICATES = f"""
+WITH members AS MATERIALIZED (
+    SELECT m.cluster_id, m.version_id FROM knowledge_nearduplicatemember m
+    WHERE %(near)s AND m.tenant_id = %(tenant)s AND m.cluster_id IN (
+        SELECT w.cluster_id FROM knowledge_nearduplicatemember w
+        WHERE w.tenant_id = %(tenant)s AND w.version_id = ANY(%(versions)s::bigint[]))
+)
+SELECT 'also' AS part, v.duplicate_of_id AS key, NULL::bigint, NULL::text, NULL::text, {_PLACE_SQL}
+FROM knowledge_documentversion v
+JOIN knowledge_document d ON d.id = v.document_id AND d.tenant_id = %(tenant)s
+JOIN knowledge_source s ON s.id = d.source_id
+WHERE v.is_current AND v.duplicate_of_id = ANY(%(versions)s::bigint[])
+UNION ALL
+SELECT 'member', m.cluster_id, NULL::bigint, NULL::text, NULL::text, {_PLACE_SQL}
+FROM members m
+JOIN knowledge_documentversion v ON v.id = m.version_id AND v.is_current
+JOIN knowledge_document d ON d.id = v.document_id AND d.tenant_id = %(tenant)s
+JOIN knowledge_source s ON s.id = d.source_id
+UNION ALL
+SELECT 'pair', p.older_id, p.newer_id, p.kind::text, p.update::text, {_NO_PLACE_SQL}
+FROM knowledge_nearduplicatepair p
+WHERE p.tenant_id = %(tenant)s AND p.status = %(duplicate)s
+  AND p.older_id IN (SELECT version_id FROM members) AND p.newer_id IN (SELECT version_id FROM members)
+ORDER BY 1, 2, 9, 6
+"""
 
-    Only current versions count as places and as cluster members.
+
+def duplicates_for_versions(*, tenant, version_ids: list[int], near: bool = True) -> Duplicates:
+    """Exact and (when ``near``) near duplicates of ``version_ids`` in ``tenant`` only: one query.
+
+    ``tenant`` is a ``Tenant`` or its id. Only current versions count as places and as cluster
+    members; ``also_in[v]`` lists the places of ``v``'s exact content by document ``external_id``,
+    ``members[c]`` cluster ``c``'s members by version id, and ``pairs`` the stored near-duplicate
+    pairs (status duplicate) among those members. Search runs it on every result list of a tenant
+    with duplicates (``retrieval.stages.rerank.near_duplicates``), hence one statement instead of
+    one per part.
     """
     found = Duplicates()
     if not version_ids:
         return found
-    versions = DocumentVersion.objects.for_tenant(tenant)
-    for row in (
-        versions.filter(is_current=True, duplicate_of_id__in=version_ids)
-        .order_by("document__external_id")
-        .values_list("duplicate_of_id", *_PLACE_FIELDS)
-    ):
-        found.also_in.setdefault(row[0], []).append(_place(row[1:]))
-    if not near:
-        return found
-    clustered = NearDuplicateMember.objects.for_tenant(tenant)
-    cluster_ids = set(clustered.filter(version_id__in=version_ids).values_list("cluster_id", flat=True))
-    if not cluster_ids:
-        return found
-    rows = list(
-        clustered.filter(cluster_id__in=cluster_ids, version__is_current=True).values_list(
-            "cluster_id", *(f"version__{name}" if name != "id" else "version_id" for name in _PLACE_FIELDS)
+    tenant_id = tenant if isinstance(tenant, int) else tenant.pk
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _DUPLICATES,
+            {
+                "tenant": tenant_id,
+                "versions": list(version_ids),
+                "near": near,
+                "duplicate": NearDuplicatePair.Status.DUPLICATE.value,
+            },
         )
-    )
-    for row in rows:
-        place = _place(row[1:])
-        found.cluster_of[place.version_id] = row[0]
-        found.members.setdefault(row[0], []).append(place)
-    member_ids = list(found.cluster_of)
-    for older, newer, kind, update in (
-        NearDuplicatePair.objects.for_tenant(tenant)
-        .filter(older_id__in=member_ids, newer_id__in=member_ids, status=NearDuplicatePair.Status.DUPLICATE)
-        .values_list("older_id", "newer_id", "kind", "update")
-    ):
-        found.pairs[(min(older, newer), max(older, newer))] = (kind, update, older)
+        rows = cursor.fetchall()
+    for part, key, other, kind, update, *place in rows:
+        if part == "also":
+            found.also_in.setdefault(key, []).append(_place(place))
+        elif part == "member":
+            member = _place(place)
+            found.cluster_of[member.version_id] = key
+            found.members.setdefault(key, []).append(member)
+        else:
+            found.pairs[(min(key, other), max(key, other))] = (kind, update, key)
     return found
 
 
