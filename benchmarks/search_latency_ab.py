@@ -10,8 +10,9 @@ run and their medians, and ``hybrid_p50_ratio`` (this tree's median over the bas
 
 ``--outside`` runs ``stages_latency.py --outside`` instead (this tree's copy of it, in both trees,
 so both measure alike: it uses only APIs the base shares) and prints, per tree and caller, the
-medians over the runs of the total p50, the ranking stages' p50 (``stages_ms``), the retrieve
-step's p50, the scope step's and the untraced time's p50, and ``total_over_stages_p50``.
+medians over the runs of the total p50, the ranking stages' p50 (``stages_ms``), each step's p50
+(``step_<stage>``), the retrieve step's, the scope step's and the untraced time's p50, and the
+ratios ``total_over_stages`` and ``total_over_retrieve``.
 
 The base revision's code reads the database as migrated by this tree: use it for revisions whose
 models map to the same tables (a state-only migration, or a column the base's code never reads,
@@ -69,7 +70,9 @@ def outside_run(tree: Path, *, rounds: int, tenant: str) -> dict:
         caller: {
             "total": figures["total"]["p50_ms"],
             **{key: figures[key]["p50_ms"] for key in OUTSIDE_KEYS},
+            **{f"step_{stage}": step["p50_ms"] for stage, step in figures["steps"].items()},
             "total_over_stages": figures["total_over_stages_p50"],
+            "total_over_retrieve": figures["total_over_retrieve_p50"],
             "load": measured["load_average_1min"]["end"],
         }
         for caller, figures in measured["callers"].items()
@@ -77,13 +80,12 @@ def outside_run(tree: Path, *, rounds: int, tenant: str) -> dict:
 
 
 def outside_summary(runs: list[dict]) -> dict:
-    """Per caller, the median over ``runs`` of each p50 (ms) and ratio."""
+    """Per caller, the median over ``runs`` of each p50 (ms) and ratio (a step a run lacks counts 0)."""
     callers = runs[0].keys()
     return {
         caller: {
-            f"{key}_p50_median": round(statistics.median(run[caller][key] for run in runs), 3)
-            for key in runs[0][caller]
-            if key != "load"
+            f"{key}_p50_median": round(statistics.median(run[caller].get(key, 0.0) for run in runs), 3)
+            for key in sorted({key for run in runs for key in run[caller]} - {"load"})
         }
         for caller in callers
     }
