@@ -108,7 +108,7 @@ def test_the_answer_streams_in_step_by_step_then_shows_its_citation_links(
     expect(area.locator(".answer")).to_contain_text("nine to eleven minutes until al dente")
     expect(area.locator("p.short-answer")).to_have_text("Nine to eleven minutes")
     expect(area.locator("ol.citations a").first).to_have_text("Cooking pasta")
-    expect(area.locator("details.trace summary")).to_contain_text("How this answer was made: 4 steps")
+    expect(area.locator("details.trace summary")).to_contain_text("How this answer was made: 5 steps")
 
 
 def test_a_member_asks_gives_feedback_follows_up_and_opens_a_citation(
@@ -151,8 +151,8 @@ def test_a_member_asks_gives_feedback_follows_up_and_opens_a_citation(
     page.fill("textarea[name=question]", "And what should I keep before draining it?")
     page.click("#ask-form button[type=submit]")
     expect(area.locator(".thread .turn-question")).to_have_text("How long should spaghetti cook?", timeout=30_000)
-    # condense, the usual four, and personal: the member's thumbs-up now boosts that document
-    expect(area.locator("details.trace summary")).to_contain_text("6 steps")
+    # scope, condense, the usual four, and personal: the member's thumbs-up now boosts that document
+    expect(area.locator("details.trace summary")).to_contain_text("7 steps")
     turns = db_read(lambda: list(Conversation.objects.get().turns.values_list("order", flat=True)))
     assert turns == [1, 2]
 
