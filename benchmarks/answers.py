@@ -31,6 +31,12 @@ question's supporting-fact documents), ``refusal`` among ``answerable`` question
 answer is in the passages); BioASQ ``yes_no`` accuracy, ``factoid`` lenient accuracy and
 ``rouge_l`` against the ideal answer. Time: ``seconds`` per answer (mean, p95), ``ttft_s`` (the
 first streamed token or short answer), ``llm_calls``, ``tokens_in``, ``tokens_out``.
+
+``--judge``: after each question, the LLM judge (``retrieval.stages.score.judge``, the seed
+``rag-quality-design.txt``'s answer-quality grades, 1-5) grades every LLM row's answer against
+its passages, untimed; the output adds each row's mean grades and the Spearman rank correlation
+of the judge's ``question_score`` with token F1 and with gold-in-answer over all judged answers
+(``scipy.stats.spearmanr``): does the judge track correctness?
 """
 
 from __future__ import annotations
@@ -142,6 +148,8 @@ def product_answer(tenant, question: str, pipeline: str, client) -> dict:
         "coverage": answer.citation_coverage,
         "passages": [p.text for p in run.passages],
         "passage_documents": [p.document.external_id for p in run.passages],
+        "passage_objects": run.passages,
+        "answer": answer,
         "seconds": seconds,
         "ttft_s": (first[0] - started) if first else None,
         "degraded": run.degraded,
@@ -265,6 +273,57 @@ def summary(rows: list[dict]) -> dict:
     return out
 
 
+def judged(question: str, row: dict, passages: list, client) -> dict:
+    """The LLM judge's grades of ``row``'s answer over ``passages`` (a baseline's text becomes an
+    ``Answer`` citing what its markers cite): ``{"judge_question", "judge_context"}``, ``None``
+    each when the judge failed."""
+    from llm import LLMError
+    from retrieval.stages.score.judge import answer_judge
+    from retrieval.types import Answer, Citation
+
+    answer = row.get("answer")
+    if answer is None:
+        numbers = sorted({int(n) for n in re.findall(r"\[(\d{1,3})\]", row["text"]) if 1 <= int(n) <= len(passages)})
+        citations = [Citation(n=n, passage=passages[n - 1]) for n in numbers]
+        answer = Answer(question=question, text=row["text"] or "(no answer)", mode="llm", citations=citations)
+    elif answer.short_answer:
+        answer = Answer(
+            question=question,
+            text=f"{answer.short_answer}. {answer.text}",
+            mode=answer.mode,
+            citations=answer.citations,
+        )
+    try:
+        grades = answer_judge(answer, passages, llm=client)
+    except LLMError as exc:
+        log(f"  judge: {exc}")
+        return {"judge_question": None, "judge_context": None}
+    return {"judge_question": grades["question_score"], "judge_context": grades["context_score"]}
+
+
+def judge_agreement(per_row: dict[str, list[dict]]) -> dict:
+    """Spearman's rho (and p-value) of the judge's question score against token F1 and against
+    gold-in-answer, over every judged answer of every row; the mean grades per row."""
+    from scipy.stats import spearmanr
+
+    pairs = [r for rows in per_row.values() for r in rows if r.get("judge_question") is not None]
+    out: dict = {"judged": len(pairs)}
+    for key in ("f1", "gold_in_answer"):
+        if len(pairs) > 2 and all(key in r for r in pairs):
+            rho, p = spearmanr([r["judge_question"] for r in pairs], [r[key] for r in pairs])
+            out[f"spearman_{key}"] = {"rho": round(float(rho), 4), "p": round(float(p), 6)}
+    out["mean_grades"] = {
+        row: {
+            key: round(statistics.fmean(r[key] for r in rows if r.get(key) is not None), 3)
+            for key in ("judge_question", "judge_context")
+            if any(r.get(key) is not None for r in rows)
+        }
+        for row, rows in per_row.items()
+        if any(r.get("judge_question") is not None for r in rows)
+    }
+    return out
+
+
 # ---- the questions ---------------------------------------------------------------------------
 
 
@@ -310,16 +369,17 @@ def main() -> None:
     parser.add_argument("--types", nargs="+", default=["yesno", "factoid"], help="BioASQ question types")
     parser.add_argument("--model", default="qwen2.5-1.5b", help="local model alias (llm.local)")
     parser.add_argument("--llm-url", default=None, help="an OpenAI-compatible /v1 URL serving --model")
+    parser.add_argument("--judge", action="store_true", help="grade the LLM rows' answers with the LLM judge")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
 
     django_setup()
     from django.conf import settings
+    from retrieval_quality import DATASETS, tenant_for
 
     from llm import LLMClient
     from llm.local import local_llm_start
     from quality.importers import dataset_load
-    from retrieval_quality import DATASETS, tenant_for
 
     items = question_items(args.dataset, limit=args.limit, types=args.types)
     tenant, _, _ = tenant_for(dataset_load(name=args.dataset, paths=DATASETS[args.dataset]), name=args.dataset)
@@ -353,9 +413,14 @@ def main() -> None:
                     answers[row] = product_answer(tenant, question, row, client)
             for row in rows:
                 per_row[row].append(scored(args.dataset, item, answers[row]))
+                if args.judge and row != "extractive":
+                    per_row[row][-1] |= judged(question, answers[row], _passages_of(answers[row], extractive), client)
             gold = item.get("answer") or item.get("exact_answer")
             examples.append({"question": question, "gold": gold, **{r: _shown(answers[r]) for r in rows}})
-            log(f"[{index + 1}/{len(items)}] gold={gold!r} " + " | ".join(f"{r}: {_shown(answers[r])[:60]!r}" for r in rows))
+            log(
+                f"[{index + 1}/{len(items)}] gold={gold!r} "
+                + " | ".join(f"{r}: {_shown(answers[r])[:60]!r}" for r in rows)
+            )
     finally:
         if server is not None:
             server.terminate()
@@ -369,12 +434,18 @@ def main() -> None:
         "load_average_1min_after": _load(),
         "wall_s": round(time.perf_counter() - started, 1),
         "rows": {row: summary(per_row[row]) for row in rows},
+        **({"judge": judge_agreement(per_row)} if args.judge else {}),
         "examples": examples,
     }
     out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / f"answers-{args.dataset}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(json.dumps({k: v for k, v in result.items() if k != "examples"}, indent=2))
+
+
+def _passages_of(row: dict, extractive: dict) -> list:
+    """The ``Passage``s ``row`` answered from: its own (a product pipeline) or the shared top 5."""
+    return row.get("passage_objects") or extractive["passage_objects"]
 
 
 def _shown(row: dict) -> str:
