@@ -73,13 +73,13 @@ def main() -> None:
 def run(args, url: str) -> dict:
     django_setup()
     from django.conf import settings
+    from retrieval_quality import DATASETS, tenant_for
 
     from knowledge.models import Chunk
     from quality.importers import dataset_load
     from quality.models import Judgment
     from quality.services import evaluation_run
     from quality.services.generation import judgment_generation_start
-    from retrieval_quality import DATASETS, tenant_for
 
     settings.KB_LLM_MODEL, settings.OPENAI_BASE_URL = args.model, url
     settings.KB_LLM_TIMEOUT_S = max(settings.KB_LLM_TIMEOUT_S, 600)
@@ -94,7 +94,9 @@ def run(args, url: str) -> dict:
     generated = generation.judgment_list
     if generated is None:
         raise SystemExit(f"The generation did not produce a list: {generation.get_status_display()} {generation.error}")
-    log(f"generated {generation.progress_done}/{generation.progress_total}, {generation.rejected} rejected, {seconds:.0f}s")
+    log(
+        f"generated {generation.progress_done}/{generation.progress_total}, {generation.rejected} rejected, {seconds:.0f}s"
+    )
     lists = {"shipped": shipped, "generated": generated}
     table: dict = {}
     for mode in args.modes:
