@@ -110,7 +110,7 @@ case "${1:-}" in
     $PY scripts/remote_postgres.py stop "$LAYOUT/postgres"
     ;;
   *)
-    sed -n '2,17p' "$0" >&2
+    sed -n '2,14p' "$0" >&2
     exit 2
     ;;
 esac
