@@ -122,7 +122,7 @@ def server_start(port: int, workers: int, threads: int, *, query_cache: bool = T
         "CELERY_BROKER_URL": "",
         "REDIS_URL": "",
         "DEBUG": "false",
-        "WEB_CONCURRENCY": str(workers),
+        "KB_WEB_WORKERS": str(workers),
         "KB_WEB_THREADS": str(threads),
         # torch (if loaded) uses one intra-op thread per call: the request threads already fill the cores.
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),

@@ -4,7 +4,7 @@ Read from the environment (docs/deployment.md), each with a default measured on 
 (``benchmarks/load.py --capacity``, docs/benchmarks.md):
 
 - ``KB_BIND`` (``127.0.0.1:8000``): the address to listen on.
-- ``WEB_CONCURRENCY`` (the number of cores): worker processes. Searches and extractive answers are
+- ``KB_WEB_WORKERS`` (the number of cores): worker processes. Searches and extractive answers are
   CPU-bound Python and ONNX Runtime work, so one process per core; each holds its own embedder
   (about 150 MB resident with the ONNX backend).
 - ``KB_WEB_THREADS`` (4): request threads per worker (``gthread``). A request spends part of its
@@ -26,7 +26,7 @@ import os
 from config.env import env_int, env_str
 
 bind = [env_str("KB_BIND", "127.0.0.1:8000")]
-workers = env_int("WEB_CONCURRENCY", os.cpu_count() or 1, minimum=1)
+workers = env_int("KB_WEB_WORKERS", os.cpu_count() or 1, minimum=1)
 threads = env_int("KB_WEB_THREADS", 4, minimum=1)
 worker_class = "gthread"
 timeout = env_int("KB_WEB_TIMEOUT", 300, minimum=10)

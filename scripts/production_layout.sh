@@ -10,7 +10,7 @@
 #
 # Environment: KB_LAYOUT_DIR (pids, logs, the database's files; default $KB_DATA_DIR/layout),
 # KB_PG_PORT (55432), REDIS_URL (redis://127.0.0.1:6379/0), KB_CELERY_WORKERS (2), KB_BIND
-# (127.0.0.1:8000), WEB_CONCURRENCY / KB_WEB_THREADS (config/gunicorn_conf.py), KB_DATA_DIR
+# (127.0.0.1:8000), KB_WEB_WORKERS / KB_WEB_THREADS (config/gunicorn_conf.py), KB_DATA_DIR
 # (shared by the web server and the workers: uploads are stored there and read by the workers).
 # Each worker embeds with cores / workers threads unless KB_WORKER_EMBED_THREADS says otherwise.
 set -euo pipefail
