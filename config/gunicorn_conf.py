@@ -1,15 +1,15 @@
 """gunicorn settings for serving ``config.wsgi`` in production: ``gunicorn -c config/gunicorn_conf.py``.
 
-Read from the environment (docs/deployment.md), each with a default measured on 2 cores
-(``benchmarks/load.py --capacity``, docs/benchmarks.md):
+Read from the environment (docs/deployment.md); the process and thread counts were measured on
+2 cores (``benchmarks/load.py --capacity``, docs/benchmarks.md):
 
 - ``KB_BIND`` (``127.0.0.1:8000``): the address to listen on.
 - ``KB_WEB_WORKERS`` (the number of cores): worker processes. Searches and extractive answers are
   CPU-bound Python and ONNX Runtime work, so one process per core; each holds its own embedder
-  (about 150 MB resident with the ONNX backend).
+  (a worker was about 400 MB resident after its first answers with the ONNX backend).
 - ``KB_WEB_THREADS`` (4): request threads per worker (``gthread``). A request spends part of its
   time waiting on PostgreSQL and part holding the GIL; a few threads keep a core busy while one
-  waits. More threads queue more requests inside a worker without serving more of them.
+  waits. 2 x 8 threads served no more searches than 2 x 4; more only queue inside the worker.
 - ``KB_WEB_TIMEOUT`` (300): seconds before a silent worker is restarted; an answer through a
   local LLM can take minutes.
 
