@@ -10,7 +10,7 @@ a free port of 127.0.0.1, against this process's ``KB_DATA_DIR`` (its embedded P
 no LLM (answers are extractive), no broker (an upload's ingestion job runs in the uploading
 request's worker, as in the demo) and ``KB_API_RATE`` raised so the per-user throttle does not
 trip. Variables of this process reach the server, so ``KB_DB_CONN_MAX_AGE=0 KB_EMBED_THREADS=0
-... --threads 8`` reproduces the layout before those settings. The tenant ``load-bench`` holds the
+KB_CONCURRENT_RETRIEVERS=true ... --threads 8`` reproduces the layout before those settings. The tenant ``load-bench`` holds the
 HotpotQA distractor dev50 corpus (``../shared/datasets/hotpotqa``, about 500 Wikipedia
 paragraphs; ingested once, reused on later runs) and one API token per client.
 
@@ -447,7 +447,11 @@ def main() -> None:
         "cpus": os.cpu_count(),
         "settings": {
             name: os.environ.get(name, default)
-            for name, default in (("KB_DB_CONN_MAX_AGE", "60"), ("KB_EMBED_THREADS", "1"))
+            for name, default in (
+                ("KB_DB_CONN_MAX_AGE", "60"),
+                ("KB_EMBED_THREADS", "1"),
+                ("KB_CONCURRENT_RETRIEVERS", "false"),
+            )
         }
         | {"KB_QUERY_EMBED_CACHE": "on" if query_cache else "0 (every request embeds its question)"},
         "tenant": {"slug": TENANT, **facts},

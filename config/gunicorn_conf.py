@@ -14,9 +14,10 @@ Read from the environment (docs/deployment.md); the process and thread counts we
   local LLM can take minutes.
 
 The workers embed queries with one ONNX Runtime thread each unless ``KB_EMBED_THREADS`` says
-otherwise (requests in other threads and workers already fill the cores), keep their database
-connections between requests (``KB_DB_CONN_MAX_AGE``), and load the embedder when they start, so
-no client waits for the model.
+otherwise (requests in other threads and workers already fill the cores), run hybrid search's
+vector SQL on the request's thread unless ``KB_CONCURRENT_RETRIEVERS`` says otherwise, keep their
+database connections between requests (``KB_DB_CONN_MAX_AGE``), and load the embedder when they
+start, so no client waits for the model.
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ loglevel = env_str("KB_GUNICORN_LOG_LEVEL", "warning")
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 os.environ.setdefault("KB_EMBED_THREADS", "1")
+# Hybrid search's vector SQL on the request's own thread and connection (the query embedding still
+# overlaps BM25): with other requests filling the cores, a second connection per search only adds
+# round trips and a queue for the worker's two retriever threads.
+os.environ.setdefault("KB_CONCURRENT_RETRIEVERS", "false")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
