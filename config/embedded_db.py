@@ -56,5 +56,4 @@ def embedded_database_settings(data_dir: Path) -> dict:
         "PASSWORD": "",
         "HOST": host,
         "PORT": str(getattr(info, "port", "") or ""),
-        "CONN_MAX_AGE": 0,
     }

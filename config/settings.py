@@ -107,11 +107,18 @@ TEMPLATES = [
 # --- Database -------------------------------------------------------------------------------
 DATABASE_URL = env_url("DATABASE_URL", schemes=("postgres", "postgresql", "pgsql"))
 if DATABASE_URL:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL)}
 else:
     from config.embedded_db import embedded_database_settings
 
     DATABASES = {"default": embedded_database_settings(KB_DATA_DIR)}
+# Seconds a thread keeps its database connection for its next request or task (0: one connection
+# per request). A server thread then skips the connection set-up (a PostgreSQL backend process and
+# its authentication) on every request; Django checks a reused connection before its first query.
+# Each gunicorn thread and each hybrid search's retriever thread holds one: keep workers x
+# (threads + 2) + Celery workers below the server's max_connections.
+DATABASES["default"]["CONN_MAX_AGE"] = env_int("KB_DB_CONN_MAX_AGE", 60, minimum=0)
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 # Row-level security as defence in depth (core.rls, docs/rls.md): the backend core.postgresql runs
 # requests' and tenant_context()'s statements as the role kb_app under each table's tenant policy.
 # KB_RLS=false keeps the policies but runs everything as the session role (no protection).
@@ -194,6 +201,10 @@ KB_EMBED_BATCH_SIZE = env_int("KB_EMBED_BATCH_SIZE", 64, minimum=1)
 # (dynamic int8 quantization). "onnx" gives torch's vectors (cosine > 0.9999) with much faster
 # single queries; int8 lost 0.013 hybrid nDCG@10 on HotpotQA (benchmarks/embedders.py).
 KB_EMBEDDER_BACKEND = env_choice("KB_EMBEDDER_BACKEND", "onnx", ["torch", "onnx", "onnx-int8"])
+# Threads one call of the "local" embedder may use (ONNX Runtime's intra-op threads, or torch's),
+# per process; 0 = the library's default (one per core). A server whose request threads embed side
+# by side already fills the cores: 1 there avoids threads competing for them (docs/deployment.md).
+KB_EMBED_THREADS = env_int("KB_EMBED_THREADS", 0, minimum=0)
 # Query embeddings kept per embedder (LRU; repeated questions skip the model); 0 disables.
 KB_QUERY_EMBED_CACHE = env_int("KB_QUERY_EMBED_CACHE", 1024, minimum=0)
 KB_MAX_UPLOAD_BYTES = env_int("KB_MAX_UPLOAD_BYTES", 20 * 1024 * 1024, minimum=1024)

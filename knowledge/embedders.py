@@ -97,7 +97,10 @@ class LocalMiniLMEmbedder(QueryCacheMixin):
     the same weights (BERT encoder + attention-masked mean pooling + L2 normalization, exactly
     sentence-transformers' ``Pooling``/``Normalize`` modules), tokenized by the model's own
     ``tokenizer.json`` (Hugging Face ``tokenizers``). ``cache_dir`` overrides where the export
-    lives (default ``KB_DATA_DIR/models``). Inputs longer than 256 word pieces are truncated.
+    lives (default ``KB_DATA_DIR/models``). ``threads`` (default ``KB_EMBED_THREADS``; 0 = the
+    library's default, one per core) caps the threads one call uses: ONNX Runtime's intra-op
+    threads for this session, or torch's process-wide count. Inputs longer than 256 word pieces
+    are truncated.
     Raises ``ImproperlyConfigured`` for an unknown backend.
     """
 
@@ -111,6 +114,7 @@ class LocalMiniLMEmbedder(QueryCacheMixin):
         backend: str | None = None,
         cache_dir: Path | None = None,
         query_cache_size: int | None = None,
+        threads: int | None = None,
     ):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         backend = backend or settings.KB_EMBEDDER_BACKEND
@@ -119,10 +123,15 @@ class LocalMiniLMEmbedder(QueryCacheMixin):
         self.backend = backend
         self.batch_size = batch_size or settings.KB_EMBED_BATCH_SIZE
         self._lock = threading.Lock()
+        self.threads = settings.KB_EMBED_THREADS if threads is None else threads
         model_dir = _minilm_dir()
         if backend == "torch":
             from sentence_transformers import SentenceTransformer
 
+            if self.threads:
+                import torch
+
+                torch.set_num_threads(self.threads)  # process-wide, like torch itself
             self.model = SentenceTransformer(str(model_dir), device="cpu")
         else:
             import onnxruntime
@@ -132,6 +141,9 @@ class LocalMiniLMEmbedder(QueryCacheMixin):
             self.onnx_path = paths[backend]
             options = onnxruntime.SessionOptions()
             options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+            if self.threads:
+                options.intra_op_num_threads = self.threads
+                options.inter_op_num_threads = 1
             self.session = onnxruntime.InferenceSession(
                 str(self.onnx_path), options, providers=["CPUExecutionProvider"]
             )

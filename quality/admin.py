@@ -42,7 +42,7 @@ from retrieval.pipeline import PIPELINE_NAMES
 class JudgmentInline(admin.TabularInline):
     model = Judgment
     extra = 0
-    fields = ("query_id", "question", "relevant")
+    fields = ("query_id", "question", "relevant", "answers")
 
 
 class EvaluationRunInline(admin.TabularInline):
@@ -123,6 +123,16 @@ CHARTS = (
     ("recall@10", "Recall@10", 1.0, lambda v: f"{v:.3f}"),
     ("p50_ms", "Median latency (ms)", None, lambda v: f"{v:.1f}"),
 )
+# Drawn, and given a column in the runs table, only when a shown run has the metric (runs
+# measured with --answers on a list with gold answers).
+ANSWER_CHARTS = (
+    ("answer_token_f1", "Answer token F1 (gold answers)", 1.0, lambda v: f"{v:.3f}"),
+    ("answer_gold_in_answer", "Gold answer in the answer", 1.0, lambda v: f"{v:.3f}"),
+    ("answer_yesno_accuracy", "Yes/no accuracy (gold answers)", 1.0, lambda v: f"{v:.3f}"),
+    ("answer_rouge_l", "ROUGE-L against the ideal answer", 1.0, lambda v: f"{v:.3f}"),
+    ("answer_seconds_mean", "Seconds per answer (mean)", None, lambda v: f"{v:.2f}"),
+)
+TABLE_COLUMNS = (("ndcg@10", "nDCG@10"), ("recall@10", "Recall@10"), ("p50_ms", "p50 ms"), ("llm_calls", "LLM calls"))
 
 
 @admin.register(EvaluationRun)
@@ -195,7 +205,8 @@ class EvaluationRunAdmin(TenantScopedAdmin):
         return TemplateResponse(request, "admin/quality/compare.html", context)
 
     def chart_view(self, request):
-        """nDCG@10, recall@10 and median latency of a tenant's runs over time, a line per pipeline."""
+        """nDCG@10, recall@10 and median latency of a tenant's runs over time, a line per pipeline,
+        and the answer metrics (``ANSWER_CHARTS``) that some of the runs have."""
         if not self.has_view_permission(request):
             raise DjangoPermissionDenied
         tenant = admin_view_tenant(request)
@@ -208,6 +219,10 @@ class EvaluationRunAdmin(TenantScopedAdmin):
         mode = request.GET.get("mode") if request.GET.get("mode") in MODES else None
         series = evaluation_run_series(tenant=tenant, dataset=dataset, mode=mode)
         colors = series_colors(list(series))
+        runs = sorted((run for runs in series.values() for run in runs), key=lambda r: (r.created_at, r.pk))
+        answer_charts = [
+            spec for spec in ANSWER_CHARTS if any(isinstance(run.metrics.get(spec[0]), (int, float)) for run in runs)
+        ]
         charts = [
             line_chart(
                 title=title,
@@ -224,18 +239,15 @@ class EvaluationRunAdmin(TenantScopedAdmin):
                 y_max=y_max,
                 y_format=fmt,
             )
-            for metric, title, y_max, fmt in CHARTS
+            for metric, title, y_max, fmt in (*CHARTS, *answer_charts)
         ]
-        runs = sorted((run for runs in series.values() for run in runs), key=lambda r: (r.created_at, r.pk))
+        columns = [*TABLE_COLUMNS, *((metric, title) for metric, title, _, _ in answer_charts)]
         context.update(
             charts=charts,
             legend=list(colors.items()),
+            columns=[title for _, title in columns],
             runs=[
-                {
-                    "run": run,
-                    "values": [run.metrics.get(n, "") for n in ("ndcg@10", "recall@10", "p50_ms", "llm_calls")],
-                }
-                for run in reversed(runs)
+                {"run": run, "values": [run.metrics.get(metric, "") for metric, _ in columns]} for run in reversed(runs)
             ],
             datasets=evaluation_run_datasets(tenant=tenant),
             modes=MODES,

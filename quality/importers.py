@@ -19,11 +19,13 @@ from knowledge.ingestion.readers import ReadDocument, normalize_text
 
 
 class JudgedQuery(NamedTuple):
-    """A question and its relevant entries (see ``quality.models.Judgment.relevant``)."""
+    """A question, its relevant entries and its gold answers, when the dataset has them
+    (see ``quality.models.Judgment.relevant`` and ``Judgment.answers``; ``{}`` = none)."""
 
     query_id: str
     question: str
     relevant: list[dict]
+    answers: dict = {}  # shared default, never mutated: each reader builds its own dicts
 
 
 @dataclass
@@ -122,7 +124,9 @@ def load_bioasq(path: Path | str | Iterable[Path | str]) -> Dataset:
 
     A document per PubMed id with at least one snippet; its text is its distinct snippet texts
     in order of first appearance, joined by a space; its id is the PubMed number (last part of
-    the url). A question's relevant documents are its snippets' PubMed ids (grade 1).
+    the url). A question's relevant documents are its snippets' PubMed ids (grade 1). Its gold
+    answers (``Judgment.answers``) are its ``type``, ``exact_answer`` and ``ideal_answer`` (a
+    single string becomes a one-item list), those it has.
     """
     texts: dict[str, list[str]] = {}
     judgments: list[JudgedQuery] = []
@@ -153,7 +157,14 @@ def load_bioasq(path: Path | str | Iterable[Path | str]) -> Dataset:
                 if pmid not in relevant:
                     relevant.append(pmid)
             if relevant:
-                judgments.append(JudgedQuery(query_id, body, [{"document": p, "grade": 1} for p in relevant]))
+                judgments.append(
+                    JudgedQuery(
+                        query_id,
+                        body,
+                        [{"document": p, "grade": 1} for p in relevant],
+                        _bioasq_answers(question, where),
+                    )
+                )
     _unique_query_ids(judgments, "BioASQ")
     documents = [
         ReadDocument(
@@ -165,6 +176,28 @@ def load_bioasq(path: Path | str | Iterable[Path | str]) -> Dataset:
         for pmid, snippet_texts in texts.items()
     ]
     return Dataset("bioasq", documents, judgments, splitter="max_tokens")
+
+
+def _bioasq_answers(question: dict, where: str) -> dict:
+    """The gold answers of one BioASQ question: ``{"type", "exact_answer", "ideal_answer"}``, those it has."""
+    answers: dict = {}
+    kind = question.get("type")
+    if kind is not None:
+        answers["type"] = _string(kind, where, "type")
+    exact = question.get("exact_answer")
+    if exact not in (None, "", []):
+        if not isinstance(exact, (str, list)):
+            raise _malformed(where, "'exact_answer' must be a string or a list.")
+        answers["exact_answer"] = exact
+    ideal = question.get("ideal_answer")
+    if isinstance(ideal, str):
+        ideal = [ideal]
+    if ideal not in (None, []):
+        if not isinstance(ideal, list) or not all(isinstance(text, str) for text in ideal):
+            raise _malformed(where, "'ideal_answer' must be a string or a list of strings.")
+        if any(text.strip() for text in ideal):
+            answers["ideal_answer"] = [text for text in ideal if text.strip()]
+    return answers
 
 
 def _unique_query_ids(judgments: list[JudgedQuery], name: str) -> None:
@@ -183,6 +216,8 @@ def load_hotpotqa(path: Path | str | Iterable[Path | str]) -> Dataset:
     = title + ". " + the sentences joined (HotpotQA sentences carry their own leading spaces,
     so they are concatenated as they are); relevant documents = the ``supporting_facts`` titles.
     Questions have no id in this file: ``query_id`` is their 1-based position ("q1", "q2", ...).
+    A question's gold answers (``Judgment.answers``) are its ``answer`` and ``type`` ("bridge" or
+    "comparison"), those it has.
     """
     documents: dict[str, ReadDocument] = {}
     judgments: list[JudgedQuery] = []
@@ -216,7 +251,12 @@ def load_hotpotqa(path: Path | str | Iterable[Path | str]) -> Dataset:
             if not isinstance(supporting, list) or not supporting:
                 raise _malformed(where, "supporting_facts.title must be a non-empty list.")
             relevant = list(dict.fromkeys(_string(t, where, "supporting_facts.title[]") for t in supporting))
-            judgments.append(JudgedQuery(f"q{number}", question, [{"document": t, "grade": 1} for t in relevant]))
+            answers = {
+                key: _string(item[key], where, key) for key in ("answer", "type") if item.get(key) not in (None, "")
+            }
+            judgments.append(
+                JudgedQuery(f"q{number}", question, [{"document": t, "grade": 1} for t in relevant], answers)
+            )
     return Dataset("hotpotqa", list(documents.values()), judgments, splitter="max_tokens")
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Func, Q
+from django.db.models.lookups import Exact
 
 from core.models import Tenant
 from core.tenancy import TenantScopedQuerySet
@@ -63,12 +64,26 @@ class Judgment(models.Model):
     or ``{"document": external_id, "text": str, "grade": int}`` (chunk-level: a retrieved chunk is
     relevant when it contains ``text``). Generated judgments add ``"chunk_id"`` and ``"version"``
     (the ids of the ``knowledge.Chunk`` and ``DocumentVersion`` the question was written from).
+
+    ``answers`` holds the gold answer, when the dataset has one (``{}`` when not), as a JSON
+    object with any of these keys:
+
+    - ``"answer"``: the reference answer text (HotpotQA's ``answer``, e.g. ``"yes"`` or
+      ``"Chief of Protocol"``), scored by exact match, token F1 and gold-in-answer;
+    - ``"type"``: the dataset's question type (HotpotQA ``"bridge"``/``"comparison"``; BioASQ
+      ``"yesno"``, ``"factoid"``, ``"list"``, ``"summary"``);
+    - ``"exact_answer"``: BioASQ's exact answer: ``"yes"``/``"no"`` for yes/no questions, a list
+      of entities, each a list of synonyms, for factoid and list questions;
+    - ``"ideal_answer"``: BioASQ's reference summaries, a list of strings (ROUGE-L).
+
+    ``quality.services.answers`` turns them into the ``answer_*`` gold metrics of a run.
     """
 
     judgment_list = models.ForeignKey(JudgmentList, on_delete=models.CASCADE, related_name="judgments")
     query_id = models.CharField(max_length=200)
     question = models.TextField()
     relevant = models.JSONField(default=list)
+    answers = models.JSONField(default=dict, blank=True, help_text="Gold answer(s); {} when the dataset has none.")
 
     objects = JudgmentQuerySet.as_manager()
 
@@ -79,6 +94,11 @@ class Judgment(models.Model):
                 name="judgment_unique_query_per_list",
             ),
             models.CheckConstraint(condition=~Q(question=""), name="judgment_question_not_empty"),
+            # Gold answers are always an object ({} = none), never null, a list or a bare string.
+            models.CheckConstraint(
+                condition=Exact(Func(F("answers"), function="jsonb_typeof", output_field=models.CharField()), "object"),
+                name="judgment_answers_object",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -220,6 +220,8 @@ class AnswerRun:
     # Set by ``people.conversations.conversation_ask``: the conversation and the turn's number.
     conversation_id: int | None = None
     turn: int | None = None
+    # The numbered passages the answer was written from (``[n]`` is ``passages[n - 1]``).
+    passages: list = field(default_factory=list)
 
     @property
     def pipeline(self) -> str:
@@ -459,6 +461,7 @@ def pipeline_answer(
         total_ms=total_ms,
         escalation=state.escalation,
         scores=state.scores,
+        passages=list(state.passages or []),
     )
     if settings.KB_TRACING if trace is None else trace:
         result.trace_id = _trace_write(tenant=tenant, user=user, result=result)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from quality.models import EvaluationRun
+from quality.services.answers import ANSWER_METRIC_LABELS
 
 _MISSING = object()
 
@@ -17,6 +18,28 @@ def metrics_delta(metrics_a: dict, metrics_b: dict) -> dict[str, dict]:
         and isinstance(metrics_b[name], (int, float))
         and not isinstance(metrics_a[name], bool)
     }
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def answer_metrics_compare(metrics_a: dict, metrics_b: dict) -> list[dict]:
+    """The answer metrics (``ANSWER_METRIC_LABELS``, in its order) that either run has.
+
+    A list of ``{"metric", "label", "a", "b", "delta"}``: a side without the metric (a run
+    measured without answers, or a list without gold answers) is ``None``, and so is the delta
+    (b - a, 4 decimals) then.
+    """
+    rows = []
+    for metric, label in ANSWER_METRIC_LABELS.items():
+        a, b = metrics_a.get(metric), metrics_b.get(metric)
+        a, b = (a if _number(a) else None), (b if _number(b) else None)
+        if a is None and b is None:
+            continue
+        delta = round(b - a, 4) if a is not None and b is not None else None
+        rows.append({"metric": metric, "label": label, "a": a, "b": b, "delta": delta})
+    return rows
 
 
 def _flat(config: dict, prefix: str = "") -> dict:
@@ -49,13 +72,19 @@ def config_diff(config_a: dict, config_b: dict) -> dict[str, dict]:
 def evaluation_compare(*, run_a: EvaluationRun, run_b: EvaluationRun, metric: str = "ndcg@10") -> dict:
     """How ``run_b`` differs from ``run_a``: metric deltas (b - a) and per-query changes.
 
-    Returns ``{"metric", "metrics": {name: {"a", "b", "delta"}}, "config": {key: {"a", "b"}} (the
-    configuration keys that differ, pipeline and mode included), "better": [...], "worse": [...],
+    Returns ``{"metric", "metrics": {name: {"a", "b", "delta"}}`` (the retrieval metrics both
+    runs have), ``"answers": [...]`` (the answer metrics, gold ones included, of
+    ``answer_metrics_compare``), ``"config": {key: {"a", "b"}}`` (the configuration keys that
+    differ, pipeline and mode included), ``"better": [...], "worse": [...],
     "unchanged": n, "only_a": n, "only_b": n}``; ``better``/``worse`` list the queries both
     runs share whose ``metric`` rose/fell in ``run_b``, largest change first, each as
     ``{"query_id", "question", "a", "b", "delta", "top_a", "top_b"}``.
     """
-    metrics = metrics_delta(run_a.metrics, run_b.metrics)
+    retrieval_a, retrieval_b = (
+        {name: value for name, value in metrics.items() if not name.startswith("answer")}
+        for metrics in (run_a.metrics, run_b.metrics)
+    )
+    metrics = metrics_delta(retrieval_a, retrieval_b)
     queries_a = {q["query_id"]: q for q in run_a.per_query}
     queries_b = {q["query_id"]: q for q in run_b.per_query}
     better, worse, unchanged = [], [], 0
@@ -82,6 +111,7 @@ def evaluation_compare(*, run_a: EvaluationRun, run_b: EvaluationRun, metric: st
     return {
         "metric": metric,
         "metrics": metrics,
+        "answers": answer_metrics_compare(run_a.metrics, run_b.metrics),
         "config": config_diff(
             {**run_a.config, "pipeline": run_a.pipeline, "mode": run_a.mode},
             {**run_b.config, "pipeline": run_b.pipeline, "mode": run_b.mode},

@@ -44,17 +44,57 @@ def _relevant_clean(relevant, *, query_id: str) -> list[dict]:
     return cleaned
 
 
+def _answers_clean(answers, *, query_id: str) -> dict:
+    """Validate one judgment's gold answers (``Judgment.answers``); return the known keys only.
+
+    ``None`` or ``{}`` is no gold answer. ``answer`` and ``type`` must be non-empty strings,
+    ``exact_answer`` a string or a (nested) list of strings, ``ideal_answer`` a string (stored as
+    a one-item list) or a list of strings.
+    """
+    if answers is None:
+        return {}
+    if not isinstance(answers, dict):
+        raise InvalidInput(f"Judgment {query_id!r}: 'answers' must be an object.")
+    cleaned: dict = {}
+    for key in ("answer", "type"):
+        if key in answers:
+            if not isinstance(answers[key], str) or not answers[key].strip():
+                raise InvalidInput(f"Judgment {query_id!r}: {key!r} must be a non-empty string.")
+            cleaned[key] = answers[key]
+    if "exact_answer" in answers:
+        if not _strings_nested(answers["exact_answer"]):
+            raise InvalidInput(f"Judgment {query_id!r}: 'exact_answer' must be a string or a list of strings.")
+        cleaned["exact_answer"] = answers["exact_answer"]
+    if "ideal_answer" in answers:
+        ideal = answers["ideal_answer"]
+        ideal = [ideal] if isinstance(ideal, str) else ideal
+        if not isinstance(ideal, list) or not ideal or not all(isinstance(t, str) and t.strip() for t in ideal):
+            raise InvalidInput(f"Judgment {query_id!r}: 'ideal_answer' must be a list of non-empty strings.")
+        cleaned["ideal_answer"] = ideal
+    return cleaned
+
+
+def _strings_nested(value) -> bool:
+    """True for a non-empty string or a non-empty list whose items are (recursively) such."""
+    if isinstance(value, str):
+        return bool(value.strip())
+    return isinstance(value, list) and bool(value) and all(_strings_nested(item) for item in value)
+
+
 def judgment_list_import(
     *,
     tenant: Tenant,
     name: str,
     origin: str,
-    judgments: Iterable[JudgedQuery | tuple[str, str, list[dict]]],
+    judgments: Iterable[JudgedQuery | tuple[str, str, list[dict]] | tuple[str, str, list[dict], dict]],
 ) -> JudgmentList:
-    """Create the tenant's judgment list ``name`` with ``judgments`` (query_id, question, relevant).
+    """Create the tenant's judgment list ``name`` with ``judgments``: (query_id, question,
+    relevant) or (query_id, question, relevant, answers), ``answers`` being the gold answers
+    (``Judgment.answers``; absent = none).
 
     Everything is validated first; ``InvalidInput`` (and nothing stored) for a taken name, an
-    unknown origin, an empty list, a repeated query id or a malformed ``relevant`` list.
+    unknown origin, an empty list, a repeated query id or a malformed ``relevant`` list or
+    ``answers`` object.
     """
     if not name.strip():
         raise InvalidInput("A judgment list needs a name.")
@@ -62,7 +102,8 @@ def judgment_list_import(
         raise InvalidInput(f"Unknown origin {origin!r}; use one of {', '.join(JudgmentList.Origin.values)}.")
     rows: list[Judgment] = []
     seen: set[str] = set()
-    for query_id, question, relevant in judgments:
+    for judged in judgments:
+        query_id, question, relevant, *rest = judged
         query_id = str(query_id)
         if query_id in seen:
             raise InvalidInput(f"Two judgments share the query id {query_id!r}.")
@@ -74,6 +115,7 @@ def judgment_list_import(
                 query_id=query_id,
                 question=question.strip(),
                 relevant=_relevant_clean(relevant, query_id=query_id),
+                answers=_answers_clean(rest[0] if rest else None, query_id=query_id),
             )
         )
     if not rows:

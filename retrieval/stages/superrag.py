@@ -24,6 +24,7 @@ from llm import LLMBadOutput, LLMEmptyReply
 from retrieval.stages.base import Stage, ranking_run
 from retrieval.stages.generate import Generate
 from retrieval.stages.generate.cited import NOT_FOUND
+from retrieval.stages.pack import text_defang
 from retrieval.stages.rerank.llm_scoring import (
     SCALE_MAX,
     ScoredCandidate,
@@ -52,6 +53,15 @@ class SuperRAGConfig:
     superrag_candidates: int = setting(50, range=(1, 200), integer=True, doc="SuperRAG: candidates the LLM grades")
     superrag_keep: int = setting(5, range=(1, 20), integer=True, doc="SuperRAG: passages the answer is written from")
     superrag_threshold: float = setting(0.5, range=(0.0, 1.0), doc="SuperRAG: confidence a kept passage needs")
+    superrag_batch: int = setting(
+        10,
+        range=(1, 50),
+        integer=True,
+        doc="SuperRAG: candidates graded per LLM call (1: one call each, with quotations)",
+    )
+    superrag_budget_s: float = setting(
+        45.0, range=(1.0, 3600.0), doc="SuperRAG: seconds of batched grading; later batches keep the fused score"
+    )
 
 
 def _reply(candidate: ScoredCandidate) -> dict:
@@ -78,7 +88,13 @@ class LLMScore(Stage):
         config = self.settings(state)
         llm = state.llm
         scored = candidates_score(
-            state.question, state.results, llm=llm, embedder=state.tenant.embedder, quote_limit=config.superrag_keep
+            state.question,
+            state.results,
+            llm=llm,
+            embedder=state.tenant.embedder,
+            quote_limit=config.superrag_keep,
+            batch=config.superrag_batch,
+            budget_s=config.superrag_budget_s,
         )
         kept = candidates_keep(scored, keep=config.superrag_keep, threshold=config.superrag_threshold)
         failed = [c for c in scored if c.error]
@@ -88,6 +104,8 @@ class LLMScore(Stage):
             "scale": f"integer 0-{SCALE_MAX} / {SCALE_MAX}" if llm is not None else "fused score / best fused score",
             "candidates": len(scored),
             "scored_by_llm": sum(c.scored_by == "llm" for c in scored),
+            "batch": config.superrag_batch,
+            "over_budget": sum(1 for c in scored if c.unscored),
             "threshold": config.superrag_threshold,
             "keep": config.superrag_keep,
             "kept": [[c.chunk_id, round(c.confidence, 4)] for c in kept],
@@ -125,14 +143,18 @@ class QuotationPack(Stage):
 
     A candidate the LLM kept without a quotation it could verify (none given, or invented)
     gets the chunk's sentence most similar to the question instead, so a passage always holds
-    the document's own words.
+    the document's own words. A candidate graded in a batch (no quotation asked for) keeps its
+    chunk's whole text.
     """
 
     name = "pack"
+    config = SuperRAGConfig
 
     def apply(self, state, step):
         kept = state.kept
-        missing = [c for c in kept if not c.relevant_text]
+        batched = self.settings(state).superrag_batch > 1
+        whole = {id(c) for c in kept if batched and c.scored_by == "llm" and not c.relevant_text}
+        missing = [c for c in kept if not c.relevant_text and id(c) not in whole]
         if missing:
             texts = sentences_best(state.question, [c.chunk.text for c in missing], embedder=state.tenant.embedder)
             filled = {id(c): text for c, text in zip(missing, texts, strict=True)}
@@ -141,8 +163,8 @@ class QuotationPack(Stage):
         passages = []
         quotes = []
         for candidate in kept:
-            text = candidate.relevant_text or filled.get(id(candidate), "") or candidate.chunk.text
             chunk = candidate.chunk
+            text = candidate.relevant_text or filled.get(id(candidate), "") or text_defang(chunk.text)
             passages.append(
                 Passage(
                     anchor=chunk,
@@ -152,7 +174,10 @@ class QuotationPack(Stage):
                     duplicates=candidate.result.duplicates,
                 )
             )
-            quotes.append("llm" if candidate.relevant_text and candidate.scored_by == "llm" else "best sentence")
+            if id(candidate) in whole:
+                quotes.append("whole chunk")
+            else:
+                quotes.append("llm" if candidate.relevant_text and candidate.scored_by == "llm" else "best sentence")
         step.summary = {
             "strategy": "superrag relevant text",
             "passages": [

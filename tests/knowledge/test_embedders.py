@@ -118,6 +118,13 @@ def test_onnx_batches_keep_the_order_of_the_input_texts(backends):
     assert np.allclose(backends["onnx"].embed(SENTENCES), one_by_one, atol=1e-5)
 
 
+def test_an_embedder_capped_at_one_thread_runs_on_one_and_gives_the_same_vectors(backends, settings):
+    settings.KB_EMBED_THREADS = 1
+    capped = LocalMiniLMEmbedder(backend="onnx")
+    assert capped.session.get_session_options().intra_op_num_threads == 1
+    assert np.allclose(capped.embed(SENTENCES), backends["onnx"].embed(SENTENCES), atol=1e-5)
+
+
 def test_an_existing_onnx_export_is_reused_by_the_next_embedder(backends):
     path = backends["onnx"].onnx_path
     before = path.stat()

@@ -36,6 +36,42 @@ def test_comparing_two_runs_shows_deltas_and_changed_queries(superuser_client, t
     assert "Question q2?" in content and "Question q1?" in content
 
 
+def test_comparing_two_runs_shows_their_gold_answer_metrics_and_dashes_where_one_has_none(superuser_client, tenant):
+    run_a = _run(tenant, 0.5, [("q1", 0.5)], metrics__answer_token_f1=0.2, metrics__answer_exact_match=0.1)
+    run_b = _run(tenant, 0.5, [("q1", 0.5)], metrics__answer_token_f1=0.35)
+
+    response = superuser_client.post(
+        reverse("admin:quality_evaluationrun_changelist"),
+        {"action": "compare_runs", "_selected_action": [run_a.pk, run_b.pk]},
+    )
+
+    answers = {row["metric"]: row for row in response.context["comparison"]["answers"]}
+    assert answers["answer_token_f1"] == {
+        "metric": "answer_token_f1",
+        "label": "Token F1 of the short answer",
+        "a": 0.2,
+        "b": 0.35,
+        "delta": 0.15,
+    }
+    assert answers["answer_exact_match"]["b"] is None and answers["answer_exact_match"]["delta"] is None
+    assert "answer_token_f1" not in response.context["comparison"]["metrics"]  # not listed twice
+    content = response.content.decode()
+    assert "Token F1 of the short answer" in content and "Exact match of the short answer" in content
+    assert "&mdash;" in content
+
+
+def test_comparing_runs_without_answers_shows_no_answer_table(superuser_client, tenant):
+    runs = [_run(tenant, n, [("q1", n)]) for n in (0.5, 0.6)]
+
+    response = superuser_client.post(
+        reverse("admin:quality_evaluationrun_changelist"),
+        {"action": "compare_runs", "_selected_action": [run.pk for run in runs]},
+    )
+
+    assert response.context["comparison"]["answers"] == []
+    assert "Answers (B" not in response.content.decode()
+
+
 def test_comparing_needs_exactly_two_runs(superuser_client, tenant):
     run = _run(tenant, 0.5, [("q1", 1.0)])
     response = superuser_client.post(
@@ -121,6 +157,22 @@ def test_the_quality_chart_draws_a_series_per_pipeline_of_the_admins_tenant_only
     assert 'data-series="simple"' in content and 'data-series="expand"' in content
     assert f'data-run="{theirs.pk}"' not in content and "advanced" not in content
     assert "<script>alert(1)</script>" not in content and "&lt;script&gt;alert(1)&lt;/script&gt;" in content
+
+
+def test_the_chart_draws_the_gold_answer_metrics_of_runs_measured_with_answers(client, admin_member, tenant):
+    admin_member.user_permissions.add(Permission.objects.get(codename="view_evaluationrun"))
+    _run(tenant, 0.5, [("q1", 0.5)])
+    measured = _run(tenant, 0.6, [("q1", 0.6)], metrics__answer_token_f1=0.31, metrics__answer_gold_in_answer=0.5)
+    client.force_login(admin_member)
+
+    response = client.get(reverse("admin:quality_evaluationrun_chart"))
+
+    charts = {chart.metric: chart for chart in response.context["charts"]}
+    assert set(charts) == {"ndcg@10", "recall@10", "p50_ms", "answer_token_f1", "answer_gold_in_answer"}
+    [series] = charts["answer_token_f1"].series
+    assert [marker.run_id for marker in series.markers] == [measured.pk]
+    assert response.context["columns"][-2:] == ["Answer token F1 (gold answers)", "Gold answer in the answer"]
+    assert "0.31" in response.content.decode()
 
 
 def test_the_chart_can_be_narrowed_to_one_dataset(client, admin_member, tenant):

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from core.errors import InvalidInput
-from quality.importers import dataset_load, load_beir, load_bioasq, load_hotpotqa, load_rag4p
+from quality.importers import JudgedQuery, dataset_load, load_beir, load_bioasq, load_hotpotqa, load_rag4p
 from tests.quality.conftest import write_jsonl
 
 DATASETS = Path(__file__).resolve().parents[2].parent / "shared" / "datasets"
@@ -121,6 +121,74 @@ def test_hotpotqa_makes_one_document_per_distinct_title_with_supporting_titles_r
     assert [e["document"] for e in dataset.judgments[0].relevant] == ["Scott Derrickson", "Ed Wood"]
 
 
+def test_hotpotqa_judgments_carry_the_gold_answer_and_the_question_type(tmp_path):
+    path = tmp_path / "hotpot.json"
+    context = {"title": ["Scott Derrickson"], "sentences": [["Scott Derrickson is a director."]]}
+    facts = {"title": ["Scott Derrickson"], "sent_id": [0]}
+    path.write_text(
+        json.dumps(
+            [
+                {
+                    "question": "Who?",
+                    "answer": "Scott Derrickson",
+                    "type": "bridge",
+                    "supporting_facts": facts,
+                    "context": context,
+                },
+                {"question": "Is he?", "supporting_facts": facts, "context": context},
+            ]
+        )
+    )
+
+    dataset = load_hotpotqa(path)
+
+    assert [j.answers for j in dataset.judgments] == [{"answer": "Scott Derrickson", "type": "bridge"}, {}]
+
+
+def test_bioasq_judgments_carry_the_type_exact_answer_and_ideal_answers(tmp_path):
+    path = tmp_path / "bioasq.json"
+    snippets = [_snippet("111", "Concizumab treats hemophilia.")]
+    path.write_text(
+        json.dumps(
+            {
+                "questions": [
+                    {
+                        "id": "y",
+                        "body": "Is concizumab approved?",
+                        "type": "yesno",
+                        "exact_answer": "yes",
+                        "ideal_answer": ["Yes, it is approved."],
+                        "snippets": snippets,
+                    },
+                    {
+                        "id": "f",
+                        "body": "What does concizumab treat?",
+                        "type": "factoid",
+                        "exact_answer": [["hemophilia A", "haemophilia A"]],
+                        "ideal_answer": "Hemophilia A.",
+                        "snippets": snippets,
+                    },
+                    {"id": "s", "body": "Describe concizumab.", "type": "summary", "snippets": snippets},
+                ]
+            }
+        )
+    )
+
+    dataset = load_bioasq(path)
+
+    assert [j.answers for j in dataset.judgments] == [
+        {"type": "yesno", "exact_answer": "yes", "ideal_answer": ["Yes, it is approved."]},
+        {"type": "factoid", "exact_answer": [["hemophilia A", "haemophilia A"]], "ideal_answer": ["Hemophilia A."]},
+        {"type": "summary"},
+    ]
+
+
+@pytest.mark.skipif(not (DATASETS / "hotpotqa").is_dir(), reason="shared datasets not available")
+def test_every_real_hotpotqa_dev_question_has_a_gold_answer():
+    dataset = load_hotpotqa(DATASETS / "hotpotqa" / "hotpotqa-distractor-dev50.json")
+    assert all(j.answers.get("answer") and j.answers["type"] in {"bridge", "comparison"} for j in dataset.judgments)
+
+
 def test_hotpotqa_rejects_context_titles_and_sentences_of_different_lengths(tmp_path):
     path = tmp_path / "hotpot.json"
     path.write_text(
@@ -169,7 +237,7 @@ def test_rag4p_gives_chunk_level_judgments_matched_by_text(tmp_path):
     assert [d.external_id for d in dataset.documents] == ["a-faithful-contract"]
     assert dataset.documents[0].metadata == {"timerange": "1625"}
     assert dataset.judgments == [
-        (
+        JudgedQuery(
             "a-faithful-contract#1",
             "How many ships, then?",
             [{"document": "a-faithful-contract", "text": "They are to build four new ships.", "grade": 1}],
@@ -193,8 +261,8 @@ def test_beir_keeps_graded_relevance_and_only_queries_with_qrels(beir_folder):
     assert [d.external_id for d in dataset.documents] == ["pasta", "tyre", "expenses"]
     assert dataset.documents[0].title == "Cooking pasta"
     assert dataset.judgments == [
-        ("q1", "how long should spaghetti boil", [{"document": "pasta", "grade": 2}]),
-        ("q2", "repair a punctured bicycle inner tube", [{"document": "tyre", "grade": 1}]),
+        JudgedQuery("q1", "how long should spaghetti boil", [{"document": "pasta", "grade": 2}]),
+        JudgedQuery("q2", "repair a punctured bicycle inner tube", [{"document": "tyre", "grade": 1}]),
     ]
 
 

@@ -1,4 +1,5 @@
 import pytest
+from django.db import IntegrityError, transaction
 
 from core.errors import InvalidInput
 from knowledge.ingestion.readers import ReadDocument
@@ -21,6 +22,37 @@ def test_importing_a_judgment_list_stores_every_judgment_with_grades(tenant):
     judgments = Judgment.objects.for_tenant(tenant).filter(judgment_list=judgment_list).order_by("pk")
     assert [j.query_id for j in judgments] == ["pasta", "bike", "expenses"]
     assert judgments[2].relevant == [{"document": "finance/expenses", "grade": 1}]
+
+
+def test_imported_judgments_keep_their_gold_answers_and_lists_without_them_get_none(tenant):
+    gold = {"answer": "nine to eleven minutes", "type": "bridge"}
+    judgments = [(*OBVIOUS[0], gold), OBVIOUS[1]]
+
+    judgment_list = judgment_list_import(tenant=tenant, name="gold", origin="hotpotqa", judgments=judgments)
+
+    stored = dict(Judgment.objects.filter(judgment_list=judgment_list).values_list("query_id", "answers"))
+    assert stored == {"pasta": gold, "bike": {}}
+
+
+@pytest.mark.parametrize(
+    "answers",
+    [["yes"], {"answer": ""}, {"answer": 3}, {"exact_answer": [[]]}, {"ideal_answer": [""]}, {"type": ["yesno"]}],
+)
+def test_malformed_gold_answers_store_nothing(tenant, answers):
+    with pytest.raises(InvalidInput):
+        judgment_list_import(
+            tenant=tenant,
+            name="bad",
+            origin="manual",
+            judgments=[*OBVIOUS, ("q", "A question?", [{"document": "a"}], answers)],
+        )
+    assert not JudgmentList.objects.for_tenant(tenant).exists()
+
+
+def test_the_database_refuses_gold_answers_that_are_not_an_object(tenant):
+    judgment_list = judgment_list_import(tenant=tenant, name="handbook", origin="manual", judgments=OBVIOUS)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Judgment.objects.filter(judgment_list=judgment_list, query_id="pasta").update(answers=["yes"])
 
 
 def test_importing_a_list_twice_under_one_name_is_rejected(tenant):

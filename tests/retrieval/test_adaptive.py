@@ -53,7 +53,7 @@ def test_an_unsure_retrieval_escalates_to_superrag_and_stops_there_when_it_is_co
         question="How long do I cook spaghetti?",
         pipeline="adaptive",
         llm=llm,
-        overrides={"adaptive_threshold": 1.0 - 1e-9, "superrag_candidates": 3},
+        overrides={"adaptive_threshold": 1.0 - 1e-9, "superrag_candidates": 3, "superrag_batch": 1},
     )
     assert run.escalation["level"] == "superrag"
     assert [level["level"] for level in run.escalation["levels"]] == ["simple", "superrag"]

@@ -261,3 +261,24 @@ def test_the_ask_command_prints_the_short_answer_first_and_its_json_carries_the_
     out = StringIO()
     call_command("ask", "How long do I boil spaghetti?", "--tenant", corpus.slug, stdout=out, stderr=StringIO())
     assert out.getvalue().splitlines()[0] == "Short answer: Nine to eleven minutes"
+
+
+# --- The real Qwen2.5-Coder-1.5B (each answer costs 5-40 s on 2 cores) ------------------------
+
+QWEN_QUESTIONS = [
+    ("How long do I cook spaghetti?", "eleven", "recipes/pasta"),
+    ("Within how many days are travel expense reports due?", "thirty", "finance/expenses"),
+    ("What do I patch a punctured inner tube with?", "patch", "howto/bike-tyre"),
+]
+
+
+def test_the_real_qwen_model_gives_short_answers_and_cites_every_sentence(corpus, qwen_llm_url):
+    llm = LLMClient("qwen2.5-1.5b", base_url=qwen_llm_url, api_key="local", timeout_s=600, retries=0)
+    for question, expected, document in QWEN_QUESTIONS:
+        run = pipeline_answer(tenant=corpus, question=question, llm=llm, k=3, strategy="top_n", trace=False)
+        answer = run.answer
+        assert answer.mode == "llm" and answer.found, (question, run.degraded_reason, answer.text)
+        assert expected in (answer.short_answer + " " + answer.text).lower(), (question, answer.short_answer)
+        assert answer.short_answer and len(answer.short_answer.split()) <= 12, answer.short_answer
+        assert document in [c.passage.document.external_id for c in answer.citations], answer.text
+        assert answer.citation_coverage == 1.0 and not answer.unsupported, answer.sentences

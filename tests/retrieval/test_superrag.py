@@ -1,5 +1,7 @@
 """SuperRAG: the LLM scores every candidate, invented quotations are dropped, the best few answer."""
 
+import re
+
 import pytest
 
 from knowledge.ingestion.readers import ReadDocument
@@ -19,6 +21,7 @@ from tests.factories import SourceFactory
 from tests.retrieval.doubles import ScriptedLLM
 
 QUESTION = "How do I fix a flat bicycle tyre?"
+ONE_BY_ONE = {"superrag_batch": 1}  # the seed's protocol: a call per candidate, with its quotation
 QUOTE = "Patch the hole with glue and a rubber patch, then refit the tube and inflate to the printed pressure."
 
 
@@ -73,7 +76,9 @@ def test_an_invented_quotation_is_dropped_and_the_passage_keeps_the_documents_wo
         structured_reply=grades({"Fixing": {"confidence": 8, "relevant_text": invented}}),
         chat_reply="Patch the inner tube [1].",
     )
-    run = pipeline_answer(tenant=corpus, question=QUESTION, pipeline="superrag", llm=llm, trace=False)
+    run = pipeline_answer(
+        tenant=corpus, question=QUESTION, pipeline="superrag", llm=llm, overrides=ONE_BY_ONE, trace=False
+    )
     score = run.steps[stages(run).index("llm_score")]
     bike = next(c for c in run.answer.citations if c.passage.document.external_id == "howto/bike-tyre")
     assert score.summary["dropped_quotes"] == [{"chunk_id": bike.passage.anchor.pk, "quote": invented}]
@@ -97,7 +102,9 @@ def test_superrag_answers_from_the_kept_relevant_texts_with_citations_to_their_c
         structured_reply=grades({"Fixing": {"confidence": 9, "relevant_text": QUOTE}}),
         chat_reply="Patch the hole with glue and a rubber patch [1].",
     )
-    run = pipeline_answer(tenant=corpus, question=QUESTION, pipeline="superrag", llm=llm, trace=False)
+    run = pipeline_answer(
+        tenant=corpus, question=QUESTION, pipeline="superrag", llm=llm, overrides=ONE_BY_ONE, trace=False
+    )
     assert stages(run) == ["scope", "retrieve", "fuse", "llm_score", "pack", "generate"]
     score = run.steps[3].summary
     assert score["candidates"] == 3 and score["scored_by_llm"] == 3 and score["threshold"] == 0.5
@@ -119,12 +126,20 @@ def test_when_no_candidate_reaches_the_threshold_the_answer_names_the_sources_se
         documents=[ReadDocument(external_id="garage/car", title="Car tyres", text="Check car tyre pressure monthly.")],
     )
     llm = ScriptedLLM(structured_reply={"confidence": 2, "relevant_text": ""}, chat_reply="unused")
-    run = pipeline_answer(tenant=corpus, question=QUESTION, pipeline="superrag", llm=llm, trace=False)
+    run = pipeline_answer(
+        tenant=corpus, question=QUESTION, pipeline="superrag", llm=llm, overrides=ONE_BY_ONE, trace=False
+    )
     assert not run.answer.found and run.answer.citations == []
     assert run.answer.text == f"{NOT_FOUND} Sources searched: garage, handbook."
     assert all(method == "structured" for method, _ in llm.calls)  # no answer call without passages
     filtered = pipeline_answer(
-        tenant=corpus, question=QUESTION, pipeline="superrag", llm=llm, source_ids=[garage.pk], trace=False
+        tenant=corpus,
+        question=QUESTION,
+        pipeline="superrag",
+        llm=llm,
+        source_ids=[garage.pk],
+        overrides=ONE_BY_ONE,
+        trace=False,
     )
     assert filtered.answer.text.endswith("Sources searched: garage.")
     assert filtered.steps[-1].summary["sources"] == ["garage"]
@@ -149,7 +164,7 @@ def test_an_llm_failure_mid_scoring_still_answers_degraded_from_what_was_gathere
         structured_reply=grades({"Fixing": {"confidence": 9, "relevant_text": QUOTE}}, default=failure),
         chat_reply="unused",
     )
-    run = pipeline_answer(tenant=corpus, question=QUESTION, pipeline="superrag", llm=llm)
+    run = pipeline_answer(tenant=corpus, question=QUESTION, pipeline="superrag", llm=llm, overrides=ONE_BY_ONE)
     assert [method for method, _ in llm.calls] == ["structured", "structured"]  # the third was skipped
     score = run.steps[3]
     assert run.degraded and run.degraded_reason.startswith(f"llm_score: {failure}")
@@ -165,7 +180,9 @@ def test_a_malformed_grading_keeps_the_fused_score_and_the_llm_still_answers(cor
         structured_reply=grades({"Fixing": {"confidence": 9, "relevant_text": QUOTE}}, default=LLMBadOutput("bad")),
         chat_reply="Patch the hole [1].",
     )
-    run = pipeline_answer(tenant=corpus, question=QUESTION, pipeline="superrag", llm=llm, trace=False)
+    run = pipeline_answer(
+        tenant=corpus, question=QUESTION, pipeline="superrag", llm=llm, overrides=ONE_BY_ONE, trace=False
+    )
     assert len(llm.calls) == 4 and run.degraded  # every candidate was tried, then the answer
     assert run.answer.mode == "llm" and run.answer.citations
 
@@ -193,11 +210,11 @@ def test_superrag_runs_end_to_end_with_the_real_local_llm(corpus, local_llm_url)
         question=QUESTION,
         pipeline="superrag",
         llm=llm,
-        overrides={"superrag_candidates": 2, "superrag_threshold": 0.0},
+        overrides={"superrag_candidates": 2, "superrag_threshold": 0.0, "superrag_batch": 2},
     )
     assert run.answer.text.strip()
     step = next(s for s in run.steps if s.stage == "llm_score")
-    assert step.usage.llm_calls >= 2, run.degraded_reason
+    assert step.usage.llm_calls >= 1, run.degraded_reason  # one call grades both candidates
     score = Trace.objects.get(pk=run.trace_id).steps.get(stage="llm_score")
     assert score.summary["candidates"] == 2 and score.tokens_in > 0
     # The model's output is in the trace: its grades, or its malformed reply next to the error.
@@ -218,8 +235,59 @@ def test_superrag_retrieval_ranks_by_the_llm_grades_for_evaluation_runs(corpus):
 
     llm = ScriptedLLM(structured_reply=grade)
     plain = pipeline_retrieve(tenant=corpus, query="pasta", pipeline="simple", k=3)
-    graded = pipeline_retrieve(tenant=corpus, query="pasta", pipeline="superrag", k=3, llm=llm)
+    graded = pipeline_retrieve(tenant=corpus, query="pasta", pipeline="superrag", k=3, llm=llm, overrides=ONE_BY_ONE)
     assert plain.results[0].chunk.version.document.external_id == "recipes/pasta"
     assert graded.results[0].chunk.version.document.external_id == "finance/expenses"
     assert graded.results[0].score == 1.0 and [r.rank for r in graded.results] == [1, 2, 3]
     assert "llm_score" in [step.stage for step in graded.steps]
+
+
+# --- Batched grading: several candidates per call, within a time budget ----------------------
+
+
+def batch_grades(by_title: dict[str, int]):
+    """A ``structured_reply`` for batched gradings: each passage's grade by its title's first word."""
+
+    def reply(messages):
+        titles = re.findall(r'<passage n="\d+" title="([^"]*)"', messages[-1]["content"])
+        return {"grades": [next((g for w, g in by_title.items() if t.startswith(w)), 1) for t in titles]}
+
+    return reply
+
+
+def test_one_call_grades_a_batch_of_candidates_and_the_kept_passage_is_the_whole_chunk(corpus):
+    llm = ScriptedLLM(
+        structured_reply=batch_grades({"Fixing": 9}),
+        answer_reply={"short_answer": "Patch it", "answer": "Patch the hole [1]."},
+    )
+    run = pipeline_answer(
+        tenant=corpus, question=QUESTION, pipeline="superrag", llm=llm, overrides={"superrag_batch": 10}, trace=False
+    )
+    gradings = [
+        messages for method, messages in llm.calls if method == "structured" and "grades" in messages[0]["content"]
+    ]
+    assert len(gradings) == 1 and gradings[0][-1]["content"].count("<passage ") == 3
+    score = next(step for step in run.steps if step.stage == "llm_score")
+    assert score.summary["batch"] == 10 and score.summary["scored_by_llm"] == 3 and score.usage.llm_calls == 1
+    kept = run.answer.citations[0].passage
+    assert kept.document.external_id == "howto/bike-tyre" and kept.text.strip() == kept.anchor.text.strip()
+    pack = next(step for step in run.steps if step.stage == "pack")
+    assert pack.summary["passages"][0]["text"] == "whole chunk"
+
+
+def test_batches_past_the_grading_budget_keep_the_fused_score_without_failing_the_run(corpus):
+    results = candidates(corpus)
+    llm = ScriptedLLM(structured_reply=batch_grades({"Fixing": 9}))
+    scored = candidates_score(QUESTION, results, llm=llm, batch=2, budget_s=0.0)
+    assert llm.calls == [] and all(c.scored_by == "fused" and c.unscored and not c.error for c in scored)
+    scored = candidates_score(QUESTION, results, llm=llm, batch=2, budget_s=None)
+    assert len(llm.calls) == 2 and [c.scored_by for c in scored] == ["llm", "llm", "llm"]
+
+
+def test_a_failed_batch_counts_its_usage_once_and_spares_the_endpoint_the_rest(corpus):
+    results = candidates(corpus)
+    llm = ScriptedLLM(structured_reply=LLMTimeout("The LLM endpoint timed out."))
+    scored = candidates_score(QUESTION, results, llm=llm, batch=2)
+    assert len(llm.calls) == 1  # the second batch is not sent after the endpoint failed
+    assert [c.exception is not None for c in scored] == [True, False, False]
+    assert all(c.scored_by == "fused" and c.error for c in scored)

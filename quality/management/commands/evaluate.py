@@ -43,7 +43,9 @@ class Command(TenantCommand):
         parser.add_argument(
             "--answers",
             action="store_true",
-            help="also answer every judged question and add the means of the answer-quality scores "
+            help="also answer every judged question and add the means of the answer-quality scores: "
+            "citations, support, the gold-answer metrics where the judgments have gold answers (HotpotQA "
+            "exact match and token F1, BioASQ yes/no, factoid and ROUGE-L), seconds and LLM usage "
             "(LLM grades only with an LLM configured)",
         )
 
