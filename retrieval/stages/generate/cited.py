@@ -39,7 +39,7 @@ from retrieval.stages.pack import context_compose
 from retrieval.types import Answer, Citation, Passage
 
 NOT_FOUND = "The documents do not contain an answer to this question."
-MAX_TOKENS = 300  # the reply's JSON: a short answer and an explanation of one to three sentences
+MAX_TOKENS = 300  # the reply's JSON: a short answer and an explanation of one or two sentences
 MAX_SHORT_CHARS = 300
 # No "description"s: where the schema is spelled out in the prompt (llama.cpp's json_object form),
 # a small model copies them as the values (Gemma 3 270M did); the system prompt says what goes where.
@@ -55,7 +55,7 @@ SYSTEM_PROMPT = (
     "use outside knowledge.\n"
     "Reply with a JSON object with two fields:\n"
     '- "short_answer": the answer itself in a few words: a name, a number, a date, or yes or no.\n'
-    '- "answer": one to three short sentences that explain it. End each sentence with the numbers '
+    '- "answer": one or two short sentences that explain it. End each sentence with the numbers '
     "of the passages it uses, like [1] or [2][3].\n"
     "The answer may need facts from two passages: combine them. Give the best answer the passages "
     'support. Only when no passage is about the question, write "" as the short answer and say in '
