@@ -9,12 +9,15 @@ Question-Answering System", EMNLP):
    two options it names ("…, A or B?"). Questions asking how to do something, why, or what
    something is get no span (their short answer stays a sentence); so do yes/no questions.
 2. Candidate spans of that type in the best few sentences: runs of capitalised words (with
-   "of", "de", "the" … inside), quoted titles, numbers, years and dates; spans whose words all
-   occur in the question are dropped (the question's own entities are not its answer).
+   "of", "de", "the" … inside; not dates, nor lone demonyms such as "American"), quoted titles,
+   numbers, years and dates; a sentence opening with "He", "It" … also offers its passage's
+   subject. Spans the question itself states, and single words it contains, are dropped (the
+   question's own entities are not its answer).
 3. Each span scores its sentence's score plus a proximity bonus for being close to the words it
    shares with the question, plus a bonus for each other sentence it recurs in (redundancy).
 
-For options, the one named in the best sentence with the question's other terms wins; for
+For options, the one whose sentences (those naming it, or in a passage about it) share most of the
+question's other terms wins; for
 "older", "first", "earlier" (or "younger", "later", "most recent") the one whose sentences give
 the earlier (later) year.
 """
