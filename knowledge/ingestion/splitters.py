@@ -62,6 +62,18 @@ def sentence_offsets(text: str) -> list[tuple[int, int]]:
     return offsets
 
 
+def sentences_split(text: str) -> list[str]:
+    """The sentences of ``text`` in order, as ``sentence_offsets`` cuts them but without their
+    offsets: BlingFire's C sentence breaker alone, several times faster than mapping offsets back
+    (used at question time, e.g. by the extractive answer). Whitespace inside a sentence may be
+    normalised."""
+    sentences: list[str] = []
+    for paragraph in _PARAGRAPH_BREAK.split(text):
+        if paragraph.strip():
+            sentences.extend(s for s in blingfire.text_to_sentences(paragraph).split("\n") if s.strip())
+    return sentences
+
+
 class _Sections:
     """Maps a character offset to the heading path of the section it falls in."""
 
