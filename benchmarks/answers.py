@@ -365,13 +365,18 @@ def main() -> None:
     parser.add_argument("--dataset", choices=list(FILES), default="hotpotqa")
     parser.add_argument("--pipelines", nargs="+", default=["extractive", "simple"], choices=PIPELINES)
     parser.add_argument("--baselines", action="store_true", help="add the three peer-style prompts")
-    parser.add_argument("--limit", type=int, default=None, help="the first N questions only")
+    parser.add_argument("--limit", type=int, default=None, help="N questions only")
+    parser.add_argument("--start", type=int, default=0, help="skip the first N questions")
     parser.add_argument("--types", nargs="+", default=["yesno", "factoid"], help="BioASQ question types")
     parser.add_argument("--model", default="qwen2.5-1.5b", help="local model alias (llm.local)")
     parser.add_argument("--llm-url", default=None, help="an OpenAI-compatible /v1 URL serving --model")
     parser.add_argument("--judge", action="store_true", help="grade the LLM rows' answers with the LLM judge")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--combine", nargs="+", metavar="JSON", help="summarize earlier runs' outputs together")
     args = parser.parse_args()
+    if args.combine:
+        print(json.dumps(combined(args.combine), indent=2))
+        return
 
     django_setup()
     from django.conf import settings
@@ -381,7 +386,8 @@ def main() -> None:
     from llm.local import local_llm_start
     from quality.importers import dataset_load
 
-    items = question_items(args.dataset, limit=args.limit, types=args.types)
+    items = question_items(args.dataset, limit=None, types=args.types)[args.start :]
+    items = items[: args.limit] if args.limit else items
     tenant, _, _ = tenant_for(dataset_load(name=args.dataset, paths=DATASETS[args.dataset]), name=args.dataset)
     rows = list(args.pipelines) + (list(BASELINES) if args.baselines else [])
     needs_llm = any(row != "extractive" for row in rows)
@@ -424,23 +430,46 @@ def main() -> None:
     finally:
         if server is not None:
             server.terminate()
+    result = report(args, items, rows, per_row, examples, needs_llm, load_before, started)
+    print(json.dumps({k: v for k, v in result.items() if k not in ("examples", "per_question")}, indent=2))
+
+
+def report(args, items, rows, per_row, examples, needs_llm, load_before, started) -> dict:
+    """The run's JSON so far (summaries of the answered questions), also written to the output
+    file, so a long run can be read, or stopped, before it ends."""
+    answered = len(examples)
     result = {
         "benchmark": "answers",
         "dataset": args.dataset,
-        "questions": len(items),
+        "questions": answered,
+        "first_question": args.start,
         "model": args.model if needs_llm else None,
         "machine": "2 cores",
         "load_average_1min_before": load_before,
         "load_average_1min_after": _load(),
         "wall_s": round(time.perf_counter() - started, 1),
-        "rows": {row: summary(per_row[row]) for row in rows},
+        "rows": {row: summary(per_row[row]) for row in rows if per_row[row]},
         **({"judge": judge_agreement(per_row)} if args.judge else {}),
         "examples": examples,
+        "per_question": per_row,
     }
     out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / f"answers-{args.dataset}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(json.dumps({k: v for k, v in result.items() if k != "examples"}, indent=2))
+    return result
+
+
+def combined(paths: list[str]) -> dict:
+    """The summaries of several runs' ``per_question`` answers together (runs over different
+    questions of one dataset, e.g. ``--start 0 --limit 12`` and ``--start 12``)."""
+    per_row: dict[str, list[dict]] = {}
+    runs = []
+    for path in paths:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        runs.append({k: data.get(k) for k in ("first_question", "questions", "wall_s", "load_average_1min_before")})
+        for row, answers in data["per_question"].items():
+            per_row.setdefault(row, []).extend(answers)
+    return {"runs": runs, "rows": {row: summary(answers) for row, answers in per_row.items()}}
 
 
 def _passages_of(row: dict, extractive: dict) -> list:
