@@ -1,4 +1,5 @@
-"""The local embedder's backends side by side: speed, agreement with torch, retrieval quality.
+"""The local embedder's backends side by side (speed, agreement with torch, retrieval quality), or the
+local embedding models against each other (``--models``).
 
 Usage: python benchmarks/embedders.py [--backends torch onnx onnx-int8] [--chunks 1200]
        [--rounds 3] [--queries 170] [--datasets rag4p hotpotqa bioasq] [--skip-speed] [--skip-quality]
@@ -189,7 +190,7 @@ def tenant_for(dataset, *, name: str, slug: str):
         tenant=tenant, source=source, documents=dataset.documents, splitter=get_splitter(dataset.splitter)
     )
     JudgmentList.objects.filter(tenant=tenant, name=name).delete()
-    judgment_list = judgment_list_import(tenant=tenant, name=name, origin=name, judgments=dataset.judgments)
+    judgment_list = judgment_list_import(tenant=tenant, name=name, origin=dataset.name, judgments=dataset.judgments)
     return tenant, judgment_list, report
 
 
@@ -328,6 +329,13 @@ def models_speed(keys: list[str], *, chunks: int, rounds: int, queries: int) -> 
     }
 
 
+# Beyond retrieval_quality.VARIANTS: a better dense model may want more of the dense list.
+DENSER_VARIANTS = [
+    {"fusion": "weighted", "dense_weight": 0.8, "lexical_weight": 0.2},
+    {"fusion": "weighted", "dense_weight": 0.9, "lexical_weight": 0.1},
+]
+
+
 def bioasq_subset(dataset, questions: int):
     """BioASQ dev cut to its first ``questions`` questions and the documents relevant to them.
 
@@ -376,13 +384,14 @@ def models_quality(
                 seconds = time.perf_counter() - started
                 chunks = Chunk.objects.for_tenant(tenant).count()
                 tenants[key] = (tenant, judgment_list)
-                per_model[key] = {
-                    "chunks": chunks,
-                    "ingest_seconds": round(seconds, 2),
-                    "embed_seconds": round(report.embed_seconds, 2),
-                    "ingest_chunks_per_s": round(chunks / seconds, 2) if report.embed_seconds else None,
-                    "load_average_ingest": [before, load()],
-                }
+                per_model[key] = {"chunks": chunks}
+                if report.counts()["chunks"]:  # else the tenant was reused: keep the figures of its ingestion
+                    per_model[key].update(
+                        ingest_seconds=round(seconds, 2),
+                        embed_seconds=round(report.embed_seconds, 2),
+                        ingest_chunks_per_s=round(chunks / seconds, 2),
+                        load_average_ingest=[before, load()],
+                    )
                 log(f"{name} {key}: {per_model[key]}")
             tables_maintain()
             for mode in ("dense", "hybrid"):
@@ -405,7 +414,7 @@ def models_quality(
                     }
                     log(f"{name} {key} {mode}: {per_model[key][mode]}")
             if variants:
-                for variant in VARIANTS:
+                for variant in [*VARIANTS, *DENSER_VARIANTS]:
                     label = ", ".join(f"{k}={v}" for k, v in variant.items())
                     for key in keys:
                         tenant, judgment_list = tenants[key]
@@ -453,11 +462,11 @@ def models_markdown(results: dict) -> str:
             for key, e in per_model.items():
                 d, h = e.get("dense", {}), e.get("hybrid", {})
                 lines.append(
-                    f"| {name} | {key} | {e['chunks']} | {e['ingest_chunks_per_s'] or 'reused'} | "
+                    f"| {name} | {key} | {e['chunks']} | {e.get('ingest_chunks_per_s', 'not measured')} | "
                     f"{d.get('ndcg@10', 0):.3f} / {d.get('recall@10', 0):.3f} | "
                     f"{h.get('ndcg@10', 0):.3f} / {h.get('recall@10', 0):.3f} | {h.get('hit@1', 0):.3f} | "
                     f"{h.get('p50_ms', 0):.1f} / {h.get('p95_ms', 0):.1f} | {h.get('embed_p50_ms') or 0:.1f} | "
-                    f"{e['load_average_ingest'][0][0]}-{h.get('load_average', [[0]])[-1][0]} |"
+                    f"{e.get('load_average_ingest', [[None]])[0][0]}-{h.get('load_average', [[None]])[-1][0]} |"
                 )
         labels = next(
             (list(e["variants"]) for p in quality_results.values() for e in p.values() if "variants" in e), []
@@ -493,7 +502,8 @@ def models_main(args) -> None:
 
     def save(quality_results: dict | None = None) -> None:
         for name, per_model in (quality_results or {}).items():
-            results.setdefault("quality", {})[name] = per_model
+            for key, entry in per_model.items():
+                results.setdefault("quality", {}).setdefault(name, {}).setdefault(key, {}).update(entry)
         results["load_average_at_end"] = load()
         path.write_text(json.dumps(results, indent=2))
         (args.output / "embedder_models.md").write_text(models_markdown(results))

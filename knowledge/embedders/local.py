@@ -83,7 +83,6 @@ MINILM = LocalModel(
     model_dir=_minilm_dir,
     version=_minilm_version,
 )
-MAX_SEQ_LENGTH = MINILM.max_seq_length
 
 
 class LocalSentenceEmbedder(QueryCacheMixin):
