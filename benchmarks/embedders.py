@@ -484,7 +484,7 @@ def models_markdown(results: dict) -> str:
             for label in labels:
                 cells = [
                     " / ".join(
-                        f"{quality_results[n][k].get('variants', {}).get(label, {}).get('ndcg@10', float('nan')):.3f}"
+                        f"{quality_results[n].get(k, {}).get('variants', {}).get(label, {}).get('ndcg@10', float('nan')):.3f}"
                         for n in names
                     )
                     for k in keys
