@@ -1,8 +1,11 @@
-"""The local embedder's backends side by side: speed, agreement with torch, retrieval quality.
+"""The local embedder's backends side by side (speed, agreement with torch, retrieval quality), or the
+local embedding models against each other (``--models``).
 
 Usage: python benchmarks/embedders.py [--backends torch onnx onnx-int8] [--chunks 1200]
        [--rounds 3] [--queries 170] [--datasets rag4p hotpotqa bioasq] [--skip-speed] [--skip-quality]
        [--keep]
+       python benchmarks/embedders.py --models local mpnet [--variants] [--chunks 256] [--rounds 3]
+       [--queries 60] [--datasets ...] [--bioasq-questions N] [--skip-speed] [--skip-quality] [--keep]
 Writes benchmarks/results/embedders.json (and the table for docs/benchmarks.md, embedders.md) and prints the JSON.
 
 all-MiniLM-L6-v2 on each ``KB_EMBEDDER_BACKEND`` (``torch``, ``onnx``, ``onnx-int8``):
@@ -20,6 +23,20 @@ all-MiniLM-L6-v2 on each ``KB_EMBEDDER_BACKEND`` (``torch``, ``onnx``, ``onnx-in
   both embedded by that backend; the ONNX backends are also evaluated against the torch tenants
   (documents stored by torch, queries by the backend: what switching the default does to an
   existing installation). The rule for a new default: nDCG@10 loss at most 0.01 on each set.
+
+``--models local mpnet`` compares embedding *models* instead (each on ``KB_EMBEDDER_BACKEND``,
+ONNX by default) and writes ``benchmarks/results/embedder_models.{json,md}``:
+
+* embedding throughput (chunks/s, the same chunks, models interleaved per round, median round)
+  and single-query embedding p50/p95 (models interleaved per query, cache off);
+* per dataset, one tenant per model (``bench-model-<key>-<dataset>``, the tenant's ``embedder``
+  set to the model) ingested back to back: ingestion chunks/s (chunks / wall seconds of
+  ``documents_ingest``) and the embedding's share; then ``VACUUM (ANALYZE)``, and dense and hybrid
+  evaluations, models alternated, the query cache cleared before each run (so hybrid p50 includes
+  the query embedding); with ``--variants`` also ``retrieval_quality.VARIANTS`` (fusion settings)
+  on each tenant. The load average is recorded beside every step (the machine is shared).
+  ``--bioasq-questions N`` keeps BioASQ's first N questions and only their documents
+  (``bioasq_subset``), for when the slower model cannot embed the whole corpus in the time at hand.
 """
 
 import argparse
@@ -173,7 +190,7 @@ def tenant_for(dataset, *, name: str, slug: str):
         tenant=tenant, source=source, documents=dataset.documents, splitter=get_splitter(dataset.splitter)
     )
     JudgmentList.objects.filter(tenant=tenant, name=name).delete()
-    judgment_list = judgment_list_import(tenant=tenant, name=name, origin=name, judgments=dataset.judgments)
+    judgment_list = judgment_list_import(tenant=tenant, name=name, origin=dataset.name, judgments=dataset.judgments)
     return tenant, judgment_list, report
 
 
@@ -257,6 +274,256 @@ def markdown(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def models_speed(keys: list[str], *, chunks: int, rounds: int, queries: int) -> dict:
+    """Embedding throughput and single-query latency of each model, interleaved, in this process."""
+    from knowledge.embedders import LOCAL_EMBEDDERS
+    from quality.importers import dataset_load
+
+    origin, texts = chunk_texts(chunks)
+    questions = [q.question for q in dataset_load(name="bioasq", paths=dataset_paths()["bioasq"]).judgments][:queries]
+    log(f"models speed: {len(texts)} chunks from {origin}, {len(questions)} queries, {rounds} interleaved rounds")
+    embedders = {}
+    for key in keys:
+        started = time.perf_counter()
+        embedders[key] = LOCAL_EMBEDDERS[key](query_cache_size=0)
+        log(f"{key}: loaded in {time.perf_counter() - started:.1f}s")
+        embedders[key].embed(texts[:16])  # warm up
+    throughput: dict[str, list[float]] = {k: [] for k in keys}
+    loads = [load()]
+    for r in range(rounds):
+        for key in keys:
+            started = time.perf_counter()
+            for i in range(0, len(texts), 256):
+                embedders[key].embed(texts[i : i + 256])
+            throughput[key].append(len(texts) / (time.perf_counter() - started))
+            log(f"round {r + 1} {key}: {throughput[key][-1]:.1f} chunks/s (load {load()})")
+        loads.append(load())
+    latency: dict[str, list[float]] = {k: [] for k in keys}
+    for question in questions:
+        for key in keys:
+            started = time.perf_counter()
+            embedders[key].embed_query(question)
+            latency[key].append((time.perf_counter() - started) * 1000)
+    loads.append(load())
+    return {
+        "chunks_from": origin,
+        "chunks": len(texts),
+        "queries": len(questions),
+        "rounds": rounds,
+        "load_average": loads,
+        "models": {
+            key: {
+                "backend": embedders[key].backend,
+                "dimensions": embedders[key].dimensions,
+                "chunks_per_s": statistics.median(throughput[key]),
+                "chunks_per_s_rounds": throughput[key],
+                "query_p50_ms": percentile(latency[key], 50),
+                "query_p95_ms": percentile(latency[key], 95),
+            }
+            for key in keys
+        },
+    }
+
+
+# Beyond retrieval_quality.VARIANTS: a better dense model may want more of the dense list.
+DENSER_VARIANTS = [
+    {"fusion": "weighted", "dense_weight": 0.8, "lexical_weight": 0.2},
+    {"fusion": "weighted", "dense_weight": 0.9, "lexical_weight": 0.1},
+]
+
+
+def bioasq_subset(dataset, questions: int):
+    """BioASQ dev cut to its first ``questions`` questions and the documents relevant to them.
+
+    The BioASQ corpus is by construction the union of the questions' relevant documents, so each
+    kept question still ranks among the other kept questions' documents (its distractors).
+    """
+    from dataclasses import replace
+
+    judgments = dataset.judgments[:questions]
+    keep = {entry["document"] for judgment in judgments for entry in judgment.relevant}
+    return replace(dataset, judgments=judgments, documents=[d for d in dataset.documents if d.external_id in keep])
+
+
+def models_quality(
+    keys: list[str], datasets: list[str], *, variants: bool, keep: bool, save, bioasq_questions: int | None = None
+) -> dict:
+    """Per dataset: ingest one tenant per model back to back, vacuum, then evaluate dense and
+    hybrid (and the fusion variants) with the models alternated; ``save(results)`` after each set."""
+    from retrieval_quality import VARIANTS
+
+    from core.models import Tenant
+    from core.services import tenant_create
+    from knowledge.embedders import get_embedder
+    from knowledge.models import Chunk
+    from knowledge.services.maintenance import tables_maintain
+    from quality.importers import dataset_load
+    from quality.services import evaluation_run
+    from retrieval.search import SearchConfig
+
+    results: dict = {}
+    try:
+        for name in datasets:
+            dataset = dataset_load(name=name, paths=dataset_paths()[name])
+            if name == "bioasq" and bioasq_questions:
+                dataset, name = bioasq_subset(dataset, bioasq_questions), f"bioasq-first{bioasq_questions}"
+            per_model: dict = {}
+            tenants = {}
+            for key in keys:
+                slug = f"bench-model-{key}-{name}"
+                if not Tenant.objects.filter(slug=slug).exists():
+                    tenant_create(slug=slug, embedder=key)
+                get_embedder(key)  # load (and export) the model outside the timed ingestion
+                before = load()
+                started = time.perf_counter()
+                tenant, judgment_list, report = tenant_for(dataset, name=name, slug=slug)
+                seconds = time.perf_counter() - started
+                chunks = Chunk.objects.for_tenant(tenant).count()
+                tenants[key] = (tenant, judgment_list)
+                per_model[key] = {"chunks": chunks}
+                if report.counts()["chunks"]:  # else the tenant was reused: keep the figures of its ingestion
+                    per_model[key].update(
+                        ingest_seconds=round(seconds, 2),
+                        embed_seconds=round(report.embed_seconds, 2),
+                        ingest_chunks_per_s=round(chunks / seconds, 2),
+                        load_average_ingest=[before, load()],
+                    )
+                log(f"{name} {key}: {per_model[key]}")
+            tables_maintain()
+            for mode in ("dense", "hybrid"):
+                for key in keys:
+                    tenant, judgment_list = tenants[key]
+                    get_embedder(key).query_cache_clear()
+                    before = load()
+                    run = evaluation_run(
+                        judgment_list=judgment_list,
+                        mode=mode,
+                        config=SearchConfig.for_tenant(tenant),
+                        k=100,
+                        splitter=dataset.splitter,
+                    )
+                    embed = [q["timings_ms"].get("embed_ms", 0.0) for q in run.per_query if q.get("timings_ms")]
+                    per_model[key][mode] = {
+                        **{m: run.metrics.get(m) for m in (*METRICS, "p95_ms")},
+                        "embed_p50_ms": percentile(embed, 50) if embed else None,
+                        "load_average": [before, load()],
+                    }
+                    log(f"{name} {key} {mode}: {per_model[key][mode]}")
+            if variants:
+                for variant in [*VARIANTS, *DENSER_VARIANTS]:
+                    label = ", ".join(f"{k}={v}" for k, v in variant.items())
+                    for key in keys:
+                        tenant, judgment_list = tenants[key]
+                        config = SearchConfig.for_tenant(tenant, **variant)
+                        run = evaluation_run(judgment_list=judgment_list, mode="hybrid", config=config, k=100)
+                        per_model[key].setdefault("variants", {})[label] = {
+                            m: run.metrics.get(m) for m in ("ndcg@10", "recall@10", "hit@1", "mrr@10")
+                        }
+                        log(f"{name} {key} hybrid [{label}]: {per_model[key]['variants'][label]}")
+            results[name] = per_model
+            save(results)
+    finally:
+        if not keep:
+            Tenant.objects.filter(slug__startswith="bench-model-").delete()
+    return results
+
+
+def models_markdown(results: dict) -> str:
+    """The docs/benchmarks.md tables for ``--models``: speed, then quality and latency per set."""
+    lines = []
+    speed_results = results.get("speed")
+    if speed_results:
+        lines += [
+            f"Embedding alone ({speed_results['chunks']} chunks from {speed_results['chunks_from']}, "
+            f"{speed_results['rounds']} interleaved rounds; {speed_results['queries']} single BioASQ "
+            f"questions; load average {speed_results['load_average'][0]} to {speed_results['load_average'][-1]}):",
+            "",
+            "| model | backend | dims | chunks/s (median round) | single query p50 / p95 ms |",
+            "|---|---|---|---|---|",
+        ]
+        for key, m in speed_results["models"].items():
+            lines.append(
+                f"| {key} | {m['backend']} | {m['dimensions']} | {m['chunks_per_s']:.1f} | "
+                f"{m['query_p50_ms']:.1f} / {m['query_p95_ms']:.1f} |"
+            )
+        lines.append("")
+    quality_results = results.get("quality", {})
+    if quality_results:
+        lines += [
+            "| dataset | model | chunks | ingestion chunks/s | dense nDCG@10 / recall@10 | hybrid nDCG@10 / "
+            "recall@10 | hybrid hit@1 | hybrid p50 / p95 ms | query embedding p50 ms (hybrid) | load average |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for name, per_model in quality_results.items():
+            for key, e in per_model.items():
+                d, h = e.get("dense", {}), e.get("hybrid", {})
+                lines.append(
+                    f"| {name} | {key} | {e['chunks']} | {e.get('ingest_chunks_per_s', 'not measured')} | "
+                    f"{d.get('ndcg@10', 0):.3f} / {d.get('recall@10', 0):.3f} | "
+                    f"{h.get('ndcg@10', 0):.3f} / {h.get('recall@10', 0):.3f} | {h.get('hit@1', 0):.3f} | "
+                    f"{h.get('p50_ms', 0):.1f} / {h.get('p95_ms', 0):.1f} | {h.get('embed_p50_ms') or 0:.1f} | "
+                    f"{e.get('load_average_ingest', [[None]])[0][0]}-{h.get('load_average', [[None]])[-1][0]} |"
+                )
+        labels = next(
+            (list(e["variants"]) for p in quality_results.values() for e in p.values() if "variants" in e), []
+        )
+        if labels:
+            names = list(quality_results)
+            keys = list(next(iter(quality_results.values())))
+            lines += [
+                "",
+                "Fusion variants (hybrid nDCG@10; " + ", ".join(names) + "):",
+                "",
+                "| variant | " + " | ".join(keys) + " |",
+                "|---|" + "---|" * len(keys),
+            ]
+            for label in labels:
+                cells = [
+                    " / ".join(
+                        f"{quality_results[n].get(k, {}).get('variants', {}).get(label, {}).get('ndcg@10', float('nan')):.3f}"
+                        for n in names
+                    )
+                    for k in keys
+                ]
+                lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def models_main(args) -> None:
+    """``--models``: speed and quality of embedding models, merged into embedder_models.json."""
+    args.output.mkdir(parents=True, exist_ok=True)
+    path = args.output / "embedder_models.json"
+    results: dict = json.loads(path.read_text()) if path.exists() else {}
+    results.update({"cpu_count": os.cpu_count(), "load_average_at_start": load()})
+
+    def save(quality_results: dict | None = None) -> None:
+        for name, per_model in (quality_results or {}).items():
+            for key, entry in per_model.items():
+                results.setdefault("quality", {}).setdefault(name, {}).setdefault(key, {}).update(entry)
+        results["load_average_at_end"] = load()
+        path.write_text(json.dumps(results, indent=2))
+        (args.output / "embedder_models.md").write_text(models_markdown(results))
+
+    if not args.skip_speed:
+        results["speed"] = models_speed(args.models, chunks=args.chunks, rounds=args.rounds, queries=args.queries)
+        save()
+    if not args.skip_quality:
+        models_quality(
+            args.models,
+            args.datasets,
+            variants=args.variants,
+            keep=args.keep,
+            save=save,
+            bioasq_questions=args.bioasq_questions,
+        )
+    save()
+    print(json.dumps(results, indent=2))
+
+
 def main() -> None:
     django_setup()
     parser = argparse.ArgumentParser()
@@ -270,7 +537,15 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the bench-emb-* tenants")
     parser.add_argument("--quality-child", nargs=2, metavar=("BACKEND", "DOCS_BACKEND"), help=argparse.SUPPRESS)
     parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--models", nargs="+", choices=["local", "mpnet"], help="compare embedding models")
+    parser.add_argument("--variants", action="store_true", help="--models: also the fusion variants")
+    parser.add_argument(
+        "--bioasq-questions", type=int, help="--models: BioASQ's first N questions and their documents only"
+    )
     args = parser.parse_args()
+    if args.models:
+        models_main(args)
+        return
     if args.quality_child:
         backend, docs_backend = args.quality_child
         print(json.dumps(quality_child(backend=backend, docs_backend=docs_backend, datasets=args.datasets)))

@@ -164,11 +164,13 @@ if KB_JOB_RETRY_BACKOFF_MAX_S >= CELERY_BROKER_TRANSPORT_OPTIONS["visibility_tim
 # --- Models ---------------------------------------------------------------------------------
 OPENAI_API_KEY = env_str("OPENAI_API_KEY")
 OPENAI_BASE_URL = env_url("OPENAI_BASE_URL", schemes=("http", "https"))
-# "local" = all-MiniLM-L6-v2 on this machine; "openai:<model>" = an OpenAI-compatible endpoint.
+# New tenants' embedder: "local" = all-MiniLM-L6-v2 on this machine; "mpnet" = all-mpnet-base-v2 on
+# this machine (requirements-mpnet.txt); "openai:<model>" = an OpenAI-compatible endpoint.
 KB_EMBEDDER = env_str("KB_EMBEDDER", "local")
-if KB_EMBEDDER != "local" and not KB_EMBEDDER.startswith("openai:"):
+if KB_EMBEDDER not in ("local", "mpnet") and not KB_EMBEDDER.startswith("openai:"):
     raise ImproperlyConfigured(
-        f"KB_EMBEDDER={KB_EMBEDDER!r} must be 'local' or 'openai:<model>' (e.g. openai:text-embedding-3-small)."
+        f"KB_EMBEDDER={KB_EMBEDDER!r} must be 'local', 'mpnet' or 'openai:<model>' "
+        "(e.g. openai:text-embedding-3-small)."
     )
 # Chat model for answers; empty = extractive answers, no LLM.
 KB_LLM_MODEL = env_str("KB_LLM_MODEL")
@@ -196,8 +198,8 @@ if not isinstance(KB_LLM_PRICES, dict) or not all(
         "with non-negative numbers."
     )
 KB_EMBED_BATCH_SIZE = env_int("KB_EMBED_BATCH_SIZE", 64, minimum=1)
-# How the "local" embedder (all-MiniLM-L6-v2) runs: "onnx" (ONNX Runtime, fp32, exported once from
-# the shipped weights into KB_DATA_DIR/models/), "torch" (sentence-transformers) or "onnx-int8"
+# How the local embedders ("local", all-MiniLM-L6-v2, and "mpnet") run: "onnx" (ONNX Runtime, fp32,
+# exported once from the shipped weights into KB_DATA_DIR/models/), "torch" (sentence-transformers) or "onnx-int8"
 # (dynamic int8 quantization). "onnx" gives torch's vectors (cosine > 0.9999) with much faster
 # single queries; int8 lost 0.013 hybrid nDCG@10 on HotpotQA (benchmarks/embedders.py).
 KB_EMBEDDER_BACKEND = env_choice("KB_EMBEDDER_BACKEND", "onnx", ["torch", "onnx", "onnx-int8"])

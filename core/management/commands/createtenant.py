@@ -8,7 +8,9 @@ class Command(TenantCommand):
     def add_arguments(self, parser):
         parser.add_argument("slug")
         parser.add_argument("--name", default="")
-        parser.add_argument("--embedder", default=None, help="'local' or 'openai:<model>' (default KB_EMBEDDER)")
+        parser.add_argument(
+            "--embedder", default=None, help="'local', 'mpnet' or 'openai:<model>' (default KB_EMBEDDER)"
+        )
 
     def handle(self, *args, slug, name, embedder, **options):
         tenant = tenant_create(slug=slug, name=name, embedder=embedder)
