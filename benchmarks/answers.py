@@ -423,6 +423,7 @@ def main() -> None:
                     per_row[row][-1] |= judged(question, answers[row], _passages_of(answers[row], extractive), client)
             gold = item.get("answer") or item.get("exact_answer")
             examples.append({"question": question, "gold": gold, **{r: _shown(answers[r]) for r in rows}})
+            report(args, items, rows, per_row, examples, needs_llm, load_before, started)
             log(
                 f"[{index + 1}/{len(items)}] gold={gold!r} "
                 + " | ".join(f"{r}: {_shown(answers[r])[:60]!r}" for r in rows)
