@@ -139,10 +139,10 @@ def test_evaluate_answers_on_a_hotpotqa_list_stores_the_gold_answer_metrics_of_t
 
     metrics = result["metrics"]
     assert metrics["answers"] == 2 and metrics["answers_gold"] == 2
-    # The extractive short answer is a whole sentence: never an exact match, some token overlap,
-    # and the name is in it for the bridge question (not "yes" for the comparison).
-    assert metrics["answer_exact_match"] == 0.0
-    assert 0.0 < metrics["answer_token_f1"] < 0.5
+    # The extractive short answer is the name itself for the bridge question (an exact match); no
+    # LLM-free rule says "yes" for the comparison, which keeps a sentence.
+    assert metrics["answer_exact_match"] == 0.5
+    assert metrics["answer_token_f1"] == 0.5
     assert metrics["answer_gold_in_answer"] == 0.5
     assert metrics["answer_cited"] == 1.0 and metrics["answer_relevant_cited"] == 1.0
     assert metrics["answer_seconds_mean"] > 0 and metrics["answer_seconds_p95"] >= metrics["answer_seconds_mean"]
