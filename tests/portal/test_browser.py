@@ -93,7 +93,9 @@ def test_the_answer_streams_in_step_by_step_then_shows_its_citation_links(
     page.click("#ask-form button[type=submit]")
 
     area = page.locator("#answer-area")
-    expect(area.locator(".live-steps li").first).to_contain_text("retrieve")  # steps first
+    steps = area.locator(".live-steps li")
+    expect(steps.first).to_contain_text("scope")  # steps first: the access scope, then retrieval
+    expect(steps.nth(1)).to_contain_text("retrieve")
     expect(area.locator(".live-short-answer")).to_have_text("Nine to eleven minutes")  # the short answer first
     expect(area.locator(".live-answer")).to_contain_text("Cook the")  # then the explanation, as it streams
     assert "{" not in area.locator(".live-answer").inner_text()  # its text, never the raw JSON
