@@ -95,7 +95,7 @@ class LocalSentenceEmbedder(QueryCacheMixin):
     ``tokenizer.json`` (Hugging Face ``tokenizers``). ``cache_dir`` overrides where the export
     lives (default ``KB_DATA_DIR/models``). ``threads`` (default ``KB_EMBED_THREADS``; 0 = the
     library's default, one per core) caps the threads one call uses: ONNX Runtime's intra-op
-    threads for this session, or torch's process-wide count. Inputs longer than
+    threads of this model's graph, or torch's process-wide count. Inputs longer than
     ``model.max_seq_length`` word pieces are truncated. Raises ``ImproperlyConfigured`` for an unknown backend, and whatever
     ``model.model_dir()`` raises when the model is not installed.
     """
