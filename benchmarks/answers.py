@@ -13,7 +13,9 @@ follows another on the model server):
   passages, the top 5 of the default hybrid search as packed for the answer, are the passages
   every baseline gets;
 - a product pipeline (``simple``, ``rephrase``, ``hyde``, ``superrag``, ``walkingrag``,
-  ``adaptive``): ``pipeline_answer`` with the local model, streamed (``on_event``), untraced;
+  ``adaptive``): ``pipeline_answer`` with the local model, streamed (``on_event``), untraced, in
+  the default answer style (``quoted``); ``simple-written`` is ``simple`` in the ``written`` style,
+  ``simple-whole`` the quoted style with whole passages in the prompt (``VARIANTS``);
 - with ``--baselines``, three plain prompts written the way the peers write theirs, in our own
   words: ``generic`` (answer from the context, say you don't know, three sentences at most: the
   LangChain and Haystack defaults), ``answer_only`` (answer only, no other words: FlashRAG's
@@ -58,7 +60,19 @@ FILES = {
     "hotpotqa": DATASETS_DIR / "hotpotqa" / "hotpotqa-distractor-dev50.json",
     "bioasq": DATASETS_DIR / "bioasq" / "bioasq-12b-dev.json",
 }
-PIPELINES = ("extractive", "simple", "rephrase", "hyde", "superrag", "walkingrag", "adaptive")
+PIPELINES = (
+    "extractive",
+    "simple",
+    "simple-written",
+    "simple-whole",
+    "rephrase",
+    "hyde",
+    "superrag",
+    "walkingrag",
+    "adaptive",
+)
+# A row "<pipeline>-<variant>" runs the pipeline with these settings.
+VARIANTS = {"written": {"answer_style": "written"}, "whole": {"context_sentences": 0}}
 BASELINES = ("generic", "answer_only", "cite_numbered")
 BASELINE_MAX_TOKENS = 256
 _MARKER = re.compile(r"\[\d{1,3}\]")
@@ -128,10 +142,12 @@ def product_answer(tenant, question: str, pipeline: str, client) -> dict:
 
     started = time.perf_counter()
     extractive = pipeline == "extractive"
+    pipeline, _, style = pipeline.partition("-")
     run = pipeline_answer(
         tenant=tenant,
         question=question,
         pipeline="simple" if extractive else pipeline,
+        overrides=VARIANTS[style] if style else None,
         k=5,
         llm=None if extractive else client,
         use_llm=not extractive,

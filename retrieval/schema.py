@@ -20,6 +20,7 @@ from core.schema import part_fields, part_rows, setting, setting_check
 from knowledge.ingestion_settings import IngestionSettings
 from retrieval.config import MODES, SearchConfig, search_check
 from retrieval.stages.adaptive import AdaptiveConfig
+from retrieval.stages.generate import GenerateConfig
 from retrieval.stages.pack import PackConfig
 from retrieval.stages.rerank import SIGNAL_RERANKERS, signal_rerankers
 from retrieval.stages.rewrite.expand import ExpandConfig
@@ -105,6 +106,7 @@ def settings_parts() -> list[type]:
         WalkConfig,
         AdaptiveConfig,
         ThemesConfig,
+        GenerateConfig,
         *(module.Config for module in signal_rerankers()),
         IngestionSettings,
     ]

@@ -87,6 +87,15 @@ def corpus(tenant, source):
 
 
 @pytest.fixture
+def written_style(corpus):
+    """The corpus tenant answers in the written style: the LLM writes the explanation as well as the
+    short answer (``retrieval.stages.generate``); for the tests of that style."""
+    corpus.retrieval_config = {**(corpus.retrieval_config or {}), "answer_style": "written"}
+    corpus.save(update_fields=["retrieval_config"])
+    return corpus
+
+
+@pytest.fixture
 def other_tenant_corpus(db):
     """A second tenant whose only document is about bicycle tyres too (isolation tests)."""
     other = TenantFactory(slug="other")

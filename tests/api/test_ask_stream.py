@@ -69,7 +69,7 @@ def test_a_streamed_answer_sends_its_steps_then_the_same_answer_as_the_ask_endpo
     assert answer["trace_id"] is not None
 
 
-def test_an_llm_answer_streams_its_text_as_token_events(corpus, member_client, monkeypatch):
+def test_an_llm_answer_streams_its_text_as_token_events(corpus, member_client, monkeypatch, written_style):
     llm = ScriptedLLM(chat_reply="Cook the spaghetti for nine to eleven minutes [1].")
     monkeypatch.setattr("retrieval.pipeline.configured_llm", lambda: llm)
     response = member_client.post(STREAM, {"question": "How long should spaghetti cook?"}, format="json")
@@ -150,7 +150,10 @@ def test_the_seed_pipelines_stream_their_steps_before_the_answer(pipeline, corpu
 
 
 def test_a_json_answer_streams_its_short_answer_then_the_explanation_text_never_raw_json(
-    corpus, member_client, monkeypatch
+    corpus,
+    member_client,
+    monkeypatch,
+    written_style,
 ):
     reply = {
         "short_answer": "Nine to eleven minutes",

@@ -67,7 +67,9 @@ def test_ask_answers_with_citations(corpus, member_client):
     assert "total_ms" in body["timings_ms"]
 
 
-def test_ask_returns_the_short_answer_and_the_explanations_cited_sentences(corpus, member_client, monkeypatch):
+def test_ask_returns_the_short_answer_and_the_explanations_cited_sentences(
+    corpus, member_client, monkeypatch, written_style
+):
     from tests.retrieval.doubles import ScriptedLLM
 
     reply = {"short_answer": "Nine to eleven minutes", "answer": "Cook it for nine to eleven minutes [1]."}

@@ -21,7 +21,7 @@ from people.personalization import personal_signals_get
 from people.services import profile_update
 from retrieval.models import Trace
 from retrieval.pipeline import pipeline_answer, pipeline_retrieve
-from retrieval.stages.generate.cited import SYSTEM_PROMPT
+from retrieval.stages.generate.quoted import SYSTEM_PROMPT
 from tests.api.conftest import client_for
 from tests.factories import MembershipFactory, SourceFactory
 from tests.retrieval.doubles import ScriptedLLM

@@ -72,7 +72,9 @@ def test_asking_a_question_links_each_citation_to_the_cited_chunk(client, corpus
     assert "Cooking pasta" in html
 
 
-def test_the_short_answer_shows_first_and_an_unsupported_sentence_is_marked(client, corpus, member, monkeypatch):
+def test_the_short_answer_shows_first_and_an_unsupported_sentence_is_marked(
+    client, corpus, member, monkeypatch, written_style
+):
     from tests.retrieval.doubles import ScriptedLLM
 
     reply = {

@@ -100,7 +100,7 @@ def test_with_an_llm_the_evaluation_averages_the_judges_grades(judgment_list):
     assert means["answers"] == 2 and means["answers_judged"] == 2
     assert means["answer_coverage"] == 1.0
     assert "answer_note" not in means
-    assert [method for method, _ in llm.calls] == ["structured"] * 4
+    assert [method for method, _ in llm.calls] == ["chat", "structured"] * 2  # each answer, then its grades
 
 
 def test_judge_failures_are_counted_in_the_note_and_left_out_of_the_means():
@@ -173,7 +173,7 @@ def test_with_an_llm_the_short_answer_is_scored_and_its_calls_and_tokens_are_cou
         ],
     )
     llm = ScriptedLLM(
-        answer_reply={"short_answer": "11 minutes", "answer": "Boil it for nine to eleven minutes [1]."},
+        chat_reply="11 minutes [1]",
         structured_reply={"question_reason": "Yes.", "question_score": 5, "context_reason": "Yes.", "context_score": 5},
     )
 

@@ -37,7 +37,7 @@ def test_a_confident_retrieval_answers_at_the_simple_level(corpus):
     assert run.escalation["level"] == "simple" and run.escalation["reason"] == "confident"
     assert stages(run) == ["scope", "retrieve", "fuse", "escalate", "pack", "generate"]
     assert run.as_dict()["escalation"]["levels"][0]["level"] == "simple"
-    assert [method for method, _ in llm.calls] == ["structured"]
+    assert [method for method, _ in llm.calls] == ["chat"]  # the answer only
 
 
 def test_an_unsure_retrieval_escalates_to_superrag_and_stops_there_when_it_is_confident(corpus):

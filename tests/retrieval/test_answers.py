@@ -53,7 +53,7 @@ def test_reverse_packing_puts_the_best_passage_last_but_keeps_its_number(corpus)
     assert context_compose(passages, reverse_pack=False).startswith('<passage n="1"')
 
 
-def test_llm_answers_keep_only_citations_that_exist_in_the_context(corpus):
+def test_llm_answers_keep_only_citations_that_exist_in_the_context(corpus, written_style):
     llm = ScriptedLLM(chat_reply="Boil it for nine to eleven minutes [1]. Serve hot [9].")
     run = pipeline_answer(tenant=corpus, question="How long do I boil spaghetti?", llm=llm, k=3)
     answer = run.answer
@@ -65,7 +65,7 @@ def test_llm_answers_keep_only_citations_that_exist_in_the_context(corpus):
     assert run.usage.llm_calls == 1 and run.degraded is False
 
 
-def test_an_llm_that_finds_nothing_is_reported_as_not_found(corpus):
+def test_an_llm_that_finds_nothing_is_reported_as_not_found(corpus, written_style):
     run = pipeline_answer(tenant=corpus, question="What is the capital of Peru?", llm=ScriptedLLM(chat_reply=NOT_FOUND))
     assert run.answer.found is False
     assert run.answer.citations == []
@@ -128,7 +128,7 @@ PASTA_REPLY = {
 }
 
 
-def test_an_llm_json_reply_becomes_a_short_answer_then_cited_sentences(corpus):
+def test_an_llm_json_reply_becomes_a_short_answer_then_cited_sentences(corpus, written_style):
     llm = ScriptedLLM(answer_reply=PASTA_REPLY)
     answer = pipeline_answer(tenant=corpus, question="How long do I boil spaghetti?", llm=llm, k=3).answer
     assert answer.mode == "llm" and answer.found is True
@@ -149,7 +149,7 @@ def test_an_llm_json_reply_becomes_a_short_answer_then_cited_sentences(corpus):
     assert data["citation_coverage"] == 1.0 and data["unsupported"] == []
 
 
-def test_an_uncited_sentence_of_the_llm_is_cited_by_the_net_and_an_invented_one_is_marked(corpus):
+def test_an_uncited_sentence_of_the_llm_is_cited_by_the_net_and_an_invented_one_is_marked(corpus, written_style):
     reply = {
         "short_answer": "Nine to eleven minutes",
         "answer": "Cook the spaghetti for nine to eleven minutes until al dente. Paris is the capital of France.",
@@ -171,7 +171,7 @@ def test_an_uncited_sentence_of_the_llm_is_cited_by_the_net_and_an_invented_one_
     assert generate.summary["added"] == 1 and generate.summary["unsupported"] == 1
 
 
-def test_an_llm_reply_that_is_not_json_is_the_explanation_and_gives_no_short_answer(corpus):
+def test_an_llm_reply_that_is_not_json_is_the_explanation_and_gives_no_short_answer(corpus, written_style):
     llm = ScriptedLLM(answer_reply="Cook the spaghetti for nine to eleven minutes [1]. Serve it hot.")
     run = pipeline_answer(tenant=corpus, question="How long do I boil spaghetti?", llm=llm, k=3)
     answer = run.answer
@@ -184,7 +184,7 @@ def test_an_llm_reply_that_is_not_json_is_the_explanation_and_gives_no_short_ans
     ]
 
 
-def test_a_cut_off_json_reply_keeps_its_explanation_without_json_syntax(corpus):
+def test_a_cut_off_json_reply_keeps_its_explanation_without_json_syntax(corpus, written_style):
     reply = '{"short_answer": "Nine to eleven minutes", "answer": "Cook the spaghetti for nine to eleven minutes [1'
     answer = pipeline_answer(
         tenant=corpus, question="How long do I boil spaghetti?", llm=ScriptedLLM(answer_reply=reply), k=3
@@ -196,6 +196,7 @@ def test_a_cut_off_json_reply_keeps_its_explanation_without_json_syntax(corpus):
 
 def test_when_the_passages_hold_no_answer_the_short_answer_is_empty_and_the_explanation_says_what_they_cover(
     corpus,
+    written_style,
 ):
     reply = {
         "short_answer": "",
@@ -209,7 +210,7 @@ def test_when_the_passages_hold_no_answer_the_short_answer_is_empty_and_the_expl
     assert answer.unsupported == []  # saying what the passages lack is no unsupported claim
 
 
-def test_a_non_answer_in_the_short_answer_field_is_no_short_answer(corpus):
+def test_a_non_answer_in_the_short_answer_field_is_no_short_answer(corpus, written_style):
     reply = {"short_answer": "The passages do not say.", "answer": "They explain how to cook spaghetti [1]."}
     answer = pipeline_answer(
         tenant=corpus, question="What is the capital of Peru?", llm=ScriptedLLM(answer_reply=reply), k=3
@@ -217,7 +218,7 @@ def test_a_non_answer_in_the_short_answer_field_is_no_short_answer(corpus):
     assert answer.found is False and answer.short_answer == ""
 
 
-def test_the_llm_is_asked_for_the_answer_schema_with_the_passages_as_untrusted_data(corpus):
+def test_the_llm_is_asked_for_the_answer_schema_with_the_passages_as_untrusted_data(corpus, written_style):
     from retrieval.stages.generate.cited import ANSWER_SCHEMA
 
     seen = {}
@@ -244,7 +245,9 @@ def test_the_extractive_answer_has_a_short_answer_and_every_sentence_cited(corpu
     assert answer.citation_coverage == 1.0 and answer.unsupported == []
 
 
-def test_the_ask_command_prints_the_short_answer_first_and_its_json_carries_the_new_fields(corpus, monkeypatch):
+def test_the_ask_command_prints_the_short_answer_first_and_its_json_carries_the_new_fields(
+    corpus, monkeypatch, written_style
+):
     import json
     from io import StringIO
 

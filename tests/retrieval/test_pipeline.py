@@ -207,7 +207,7 @@ def test_malformed_expansion_output_falls_back_to_rm3(corpus):
     assert run.results[0].chunk.version.document.external_id == "howto/bike-tyre"
 
 
-def test_an_injected_document_stays_inside_its_passage_and_forges_no_citation(corpus, source):
+def test_an_injected_document_stays_inside_its_passage_and_forges_no_citation(corpus, source, written_style):
     documents_ingest(tenant=corpus, source=source, documents=[INJECTION])
     llm = ScriptedLLM(chat_reply="Salt the water [1].")
     pipeline_answer(tenant=corpus, question="How should I salt pasta water?", llm=llm, k=2, trace=False)
@@ -312,7 +312,7 @@ def test_the_real_local_llm_reading_an_injected_document_is_recorded_not_obeyed(
     assert all(c.n in (1, 2) for c in run.answer.citations)  # whatever it says, only real passages are cited
 
 
-def test_a_run_with_an_event_callback_reports_each_step_and_streams_the_answer(corpus):
+def test_a_run_with_an_event_callback_reports_each_step_and_streams_the_answer(corpus, written_style):
     events = []
     llm = ScriptedLLM(chat_reply="Patch the inner tube [1].")
     run = pipeline_answer(

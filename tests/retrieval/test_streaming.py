@@ -40,7 +40,7 @@ def test_a_frame_is_one_event_line_and_one_data_line_even_for_multiline_text():
     assert parsed(frame) == ("token", {"text": "line one\nline two"})
 
 
-def test_the_stream_is_the_runs_steps_then_tokens_then_the_presented_answer(corpus):
+def test_the_stream_is_the_runs_steps_then_tokens_then_the_presented_answer(corpus, written_style):
     llm = ScriptedLLM(chat_reply="Patch the inner tube [1].")
     frames = list(
         answer_events(tenant=corpus, user=None, present=lambda a: {"text": a["answer"]}, question="flat tyre?", llm=llm)
@@ -49,6 +49,17 @@ def test_the_stream_is_the_runs_steps_then_tokens_then_the_presented_answer(corp
     assert [e for e, _ in events if e != "token"] == ["step"] * 5 + ["answer"]  # scope, retrieve, fuse, pack, generate
     assert "".join(d["text"] for e, d in events if e == "token").strip() == "Patch the inner tube [1]."
     assert events[-1] == ("answer", {"text": "Patch the inner tube [1]."})
+
+
+def test_a_quoted_answer_streams_its_short_answer_then_the_quoted_explanation(corpus):
+    llm = ScriptedLLM(chat_reply="Patch the inner tube [1]")
+    frames = list(
+        answer_events(tenant=corpus, user=None, present=lambda a: {"text": a["answer"]}, question="flat tyre?", llm=llm)
+    )
+    events = [parsed(frame) for frame in frames]
+    assert [e for e, _ in events] == ["step"] * 4 + ["short_answer", "token", "step", "answer"]
+    assert events[4] == ("short_answer", {"text": "Patch the inner tube"})
+    assert events[5][1]["text"] == events[-1][1]["text"] and "[1]" in events[-1][1]["text"]
 
 
 def test_bad_options_become_an_error_event_not_an_exception(corpus):

@@ -113,13 +113,14 @@ def test_fact_extraction_keeps_facts_tied_to_real_passages_and_turns_what_is_mis
 def test_the_walk_stops_when_the_llm_says_the_facts_suffice_and_answers_citing_their_chunk(walk_corpus):
     llm = ScriptedLLM(
         structured_reply=reply(("Trip costs are paid back as expense reports describe.", 1), sufficient=True),
-        chat_reply="File an expense report [1].",
+        chat_reply="An expense report [1]",
     )
     run = walk(walk_corpus, llm)
 
     assert [s.stage for s in run.steps] == ["scope", "walk.round1", "walk", "generate"]
     assert rounds_of(run)[0].summary["stop_reason"] == walk_step(run).summary["stop_reason"] == "sufficient"
-    assert run.answer.text == "File an expense report [1]." and not run.degraded
+    assert run.answer.short_answer == "An expense report" and not run.degraded
+    assert run.answer.text == "Trip costs are paid back as expense reports describe [1]."  # the fact, quoted
     [citation] = run.answer.citations
     assert citation.passage.anchor.pk == chunk_of(walk_corpus, "finance/travel").pk
     assert citation.passage.text == "Trip costs are paid back as expense reports describe."  # written from the facts
@@ -195,7 +196,7 @@ def test_the_llms_new_queries_drive_the_next_rounds_retrieval_of_unread_chunks(w
             ),
             reply(("Expense reports are due within thirty days of the trip.", 1), sufficient=True),
         ],
-        chat_reply="File an expense report within thirty days [2].",
+        chat_reply="Within thirty days [2]",
     )
     run = walk(walk_corpus, llm)
 
@@ -208,7 +209,7 @@ def test_the_llms_new_queries_drive_the_next_rounds_retrieval_of_unread_chunks(w
     assert "Trip costs are paid back as the expense reports section describes." in user["content"]  # known facts
     assert "Travel policy" not in user["content"]  # the chunk read in round 1 is not read again
     assert [f["chunk_id"] for f in walk_step(run).summary["facts"]] == [travel, expenses]
-    assert [c.passage.anchor.pk for c in run.answer.citations] == [expenses]
+    assert run.answer.citations[0].passage.anchor.pk == expenses  # the fact holding the answer is quoted first
     assert [r.chunk.pk for r in run.retrieval.results] == [travel, expenses]
 
 
@@ -232,7 +233,7 @@ def test_every_round_streams_its_facts_new_queries_and_stop_reason_as_a_step_eve
             reply(("Trip costs follow the expense reports.", 1), missing=[("Expense reports section", "deadline")]),
             reply(("Reports are due within thirty days.", 1), sufficient=True),
         ],
-        chat_reply="Within thirty days [2].",
+        chat_reply="Within thirty days [2]",
     )
     walk(walk_corpus, llm, on_event=lambda event, data: events.append((event, data)))
 
@@ -241,7 +242,7 @@ def test_every_round_streams_its_facts_new_queries_and_stop_reason_as_a_step_eve
     assert steps[1]["summary"]["facts"][0]["fact"] == "Trip costs follow the expense reports."
     assert steps[1]["summary"]["new_queries"] == ["Expense reports section deadline"]
     assert steps[2]["summary"]["stop_reason"] == "sufficient"
-    first_token = next(i for i, (event, _) in enumerate(events) if event == "token")
+    first_token = next(i for i, (event, _) in enumerate(events) if event in ("short_answer", "token"))
     assert [event for event, _ in events[:first_token]] == ["step"] * 4  # scope and rounds before the answer
 
 

@@ -96,6 +96,13 @@ def _stem(word: str) -> str:
     return word
 
 
+def yes_no_question(question: str) -> bool:
+    """Whether ``question`` asks yes or no: it opens with an auxiliary verb ("Are …", "Did …") and
+    names no two options ("Did A or B come first?" asks for one of them)."""
+    first = question.strip().split(maxsplit=1)[0].lower() if question.strip() else ""
+    return first in _AUX and question_options(question) is None
+
+
 def answer_type(question: str) -> str | None:
     """The answer ``question`` expects: "options", "number", "date", "entity", or ``None`` (a
     sentence: how-to, why, definitions, yes/no questions and anything unrecognised)."""
