@@ -77,7 +77,7 @@ def sign_in(page, base_url: str, user) -> None:
 
 
 def test_the_answer_streams_in_step_by_step_then_shows_its_citation_links(
-    transactional_db, live_server, pasta, member, monkeypatch, browser, written_style
+    transactional_db, written_style, live_server, pasta, member, monkeypatch, browser
 ):
     reply = {
         "short_answer": "Nine to eleven minutes",
