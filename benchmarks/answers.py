@@ -15,7 +15,8 @@ follows another on the model server):
 - a product pipeline (``simple``, ``rephrase``, ``hyde``, ``superrag``, ``walkingrag``,
   ``adaptive``): ``pipeline_answer`` with the local model, streamed (``on_event``), untraced, in
   the default answer style (``quoted``); ``simple-written`` is ``simple`` in the ``written`` style,
-  ``simple-whole`` the quoted style with whole passages in the prompt (``VARIANTS``);
+  ``simple-compressed`` the quoted style with the prompt's context cut to the passages' 8 best
+  sentences (``VARIANTS``);
 - with ``--baselines``, three plain prompts written the way the peers write theirs, in our own
   words: ``generic`` (answer from the context, say you don't know, three sentences at most: the
   LangChain and Haystack defaults), ``answer_only`` (answer only, no other words: FlashRAG's
@@ -64,7 +65,7 @@ PIPELINES = (
     "extractive",
     "simple",
     "simple-written",
-    "simple-whole",
+    "simple-compressed",
     "rephrase",
     "hyde",
     "superrag",
@@ -72,7 +73,7 @@ PIPELINES = (
     "adaptive",
 )
 # A row "<pipeline>-<variant>" runs the pipeline with these settings.
-VARIANTS = {"written": {"answer_style": "written"}, "whole": {"context_sentences": 0}}
+VARIANTS = {"written": {"answer_style": "written"}, "compressed": {"context_sentences": 8}}
 BASELINES = ("generic", "answer_only", "cite_numbered")
 BASELINE_MAX_TOKENS = 256
 _MARKER = re.compile(r"\[\d{1,3}\]")
