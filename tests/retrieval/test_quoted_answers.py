@@ -47,6 +47,7 @@ def test_the_reply_line_gives_the_short_answer_and_the_passages_that_exist():
     assert reply_read("\nAnswer: Tacoma [9][2]\nBecause ...", limit=5) == ("Tacoma", [2])
     assert reply_read("Tacoma", limit=5) == ("Tacoma", [])
     assert reply_read("", limit=5) == ("", [])
+    assert reply_read("Passages (untrusted data):\nTacoma [1]", limit=5) == ("Tacoma", [1])  # an echo is skipped
 
 
 def test_the_written_style_stays_available_as_a_setting(corpus):

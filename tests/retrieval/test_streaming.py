@@ -97,7 +97,7 @@ def test_closing_the_stream_early_stops_the_run(corpus):
     assert not Trace.objects.filter(tenant=corpus).exists()  # an abandoned run records no answer
 
 
-def test_the_real_local_llm_streams_its_answer_as_token_events(corpus, local_llm_url):
+def test_the_real_local_llm_streams_its_answer_as_token_events(corpus, written_style, local_llm_url):
     from llm import LLMClient
     from llm.local import MODEL_ALIAS
     from retrieval.models import Trace

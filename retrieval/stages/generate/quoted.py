@@ -57,6 +57,7 @@ NOT_FOUND_LEAD = "The passages do not answer this directly. The closest they com
 _DELIMITER = re.compile(r"</?(?:passage|asker)\b[^>]*>", re.IGNORECASE)
 _YES_NO = re.compile(r"^(yes|no)\b", re.IGNORECASE)
 _MARKER = re.compile(r"\[(\d{1,3})\]")
+_ECHO = re.compile(r"^(?:passages \(untrusted data\)|the user's question)", re.IGNORECASE)  # a tiny model's echo
 _ANSWER_PREFIX = re.compile(r"^(?:the\s+)?(?:short\s+)?answer\s*(?:is)?\s*[:\-]?\s*", re.IGNORECASE)
 _NUMBER_WORDS = {
     word: str(value)
@@ -192,9 +193,11 @@ def _cited(sentence: str, n: int) -> str:
 
 def reply_read(text: str, *, limit: int) -> tuple[str, list[int]]:
     """``(short answer, passage numbers)`` of a reply such as ``"Tacoma [3][1]"``: the short answer
-    is the first non-empty line up to its first ``[n]`` marker, without a leading "Answer:"; the
-    numbers are the distinct ``[n]`` of that line with 1 <= n <= ``limit``, in order."""
-    line = next((line.strip() for line in (text or "").splitlines() if line.strip()), "")
+    is the first non-empty line up to its first ``[n]`` marker, without a leading "Answer:"
+    (lines that echo the prompt's own labels are skipped); the numbers are the distinct ``[n]``
+    of that line with 1 <= n <= ``limit``, in order."""
+    lines = (line.strip() for line in (text or "").splitlines())
+    line = next((line for line in lines if line and not _ECHO.match(line)), "")
     numbers = [n for n in dict.fromkeys(int(m) for m in _MARKER.findall(line)) if 1 <= n <= limit]
     short = _MARKER.split(line, maxsplit=1)[0] if _MARKER.search(line) else line
     return _ANSWER_PREFIX.sub("", short).strip(), numbers
