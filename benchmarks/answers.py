@@ -1,8 +1,8 @@
 """Answers side by side: the product's pipelines and peer-style prompts, same passages, same model.
 
 Usage: python benchmarks/answers.py --dataset hotpotqa|bioasq [--pipelines extractive simple ...]
-       [--baselines] [--limit N] [--types yesno factoid] [--model qwen2.5-1.5b] [--llm-url URL]
-       [--out FILE]
+       [--baselines [NAME ...]] [--limit N] [--types yesno factoid] [--model qwen2.5-1.5b]
+       [--llm-url URL] [--judge [ROW ...]] [--out FILE]
 Prints JSON (and writes it to ``benchmarks/results/answers-<dataset>.json`` unless ``--out``).
 
 The dataset is ingested into its ``bench-<dataset>`` tenant (as in ``retrieval_quality.py``). For
@@ -35,11 +35,12 @@ answer is in the passages); BioASQ ``yes_no`` accuracy, ``factoid`` lenient accu
 ``rouge_l`` against the ideal answer. Time: ``seconds`` per answer (mean, p95), ``ttft_s`` (the
 first streamed token or short answer), ``llm_calls``, ``tokens_in``, ``tokens_out``.
 
-``--judge``: after each question, the LLM judge (``retrieval.stages.score.judge``, the seed
-``rag-quality-design.txt``'s answer-quality grades, 1-5) grades every LLM row's answer against
-its passages, untimed; the output adds each row's mean grades and the Spearman rank correlation
-of the judge's ``question_score`` with token F1 and with gold-in-answer over all judged answers
-(``scipy.stats.spearmanr``): does the judge track correctness?
+``--judge [ROW ...]``: after each question, the LLM judge (``retrieval.stages.score.judge``, the seed
+``rag-quality-design.txt``'s answer-quality grades, 1-5) grades the named rows' answers (every
+LLM row's without names) against their passages, untimed; the output adds each row's mean grades
+and the Spearman rank correlation of the judge's ``question_score`` with token F1 and with
+gold-in-answer over all judged answers (``scipy.stats.spearmanr``): does the judge track
+correctness?
 """
 
 from __future__ import annotations
@@ -381,13 +382,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset", choices=list(FILES), default="hotpotqa")
     parser.add_argument("--pipelines", nargs="+", default=["extractive", "simple"], choices=PIPELINES)
-    parser.add_argument("--baselines", action="store_true", help="add the three peer-style prompts")
+    parser.add_argument(
+        "--baselines",
+        nargs="*",
+        default=None,
+        choices=BASELINES,
+        metavar="NAME",
+        help=f"add these peer-style prompts (no NAME: all three, {', '.join(BASELINES)})",
+    )
     parser.add_argument("--limit", type=int, default=None, help="N questions only")
     parser.add_argument("--start", type=int, default=0, help="skip the first N questions")
     parser.add_argument("--types", nargs="+", default=["yesno", "factoid"], help="BioASQ question types")
     parser.add_argument("--model", default="qwen2.5-1.5b", help="local model alias (llm.local)")
     parser.add_argument("--llm-url", default=None, help="an OpenAI-compatible /v1 URL serving --model")
-    parser.add_argument("--judge", action="store_true", help="grade the LLM rows' answers with the LLM judge")
+    parser.add_argument(
+        "--judge",
+        nargs="*",
+        default=None,
+        metavar="ROW",
+        help="grade these rows' answers with the LLM judge (no ROW: every LLM row)",
+    )
     parser.add_argument("--out", default=None)
     parser.add_argument("--combine", nargs="+", metavar="JSON", help="summarize earlier runs' outputs together")
     args = parser.parse_args()
@@ -406,7 +420,7 @@ def main() -> None:
     items = question_items(args.dataset, limit=None, types=args.types)[args.start :]
     items = items[: args.limit] if args.limit else items
     tenant, _, _ = tenant_for(dataset_load(name=args.dataset, paths=DATASETS[args.dataset]), name=args.dataset)
-    rows = list(args.pipelines) + (list(BASELINES) if args.baselines else [])
+    rows = list(args.pipelines) + (list(args.baselines or BASELINES) if args.baselines is not None else [])
     needs_llm = any(row != "extractive" for row in rows)
     server, client, url = None, None, args.llm_url
     if needs_llm and not url:
@@ -436,7 +450,7 @@ def main() -> None:
                     answers[row] = product_answer(tenant, question, row, client)
             for row in rows:
                 per_row[row].append(scored(args.dataset, item, answers[row]))
-                if args.judge and row != "extractive":
+                if args.judge is not None and row != "extractive" and (not args.judge or row in args.judge):
                     per_row[row][-1] |= judged(question, answers[row], _passages_of(answers[row], extractive), client)
             gold = item.get("answer") or item.get("exact_answer")
             examples.append({"question": question, "gold": gold, **{r: _shown(answers[r]) for r in rows}})
@@ -467,7 +481,7 @@ def report(args, items, rows, per_row, examples, needs_llm, load_before, started
         "load_average_1min_after": _load(),
         "wall_s": round(time.perf_counter() - started, 1),
         "rows": {row: summary(per_row[row]) for row in rows if per_row[row]},
-        **({"judge": judge_agreement(per_row)} if args.judge else {}),
+        **({"judge": judge_agreement(per_row)} if args.judge is not None else {}),
         "examples": examples,
         "per_question": per_row,
     }

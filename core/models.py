@@ -23,7 +23,8 @@ class Tenant(models.Model):
     embedder = models.CharField(
         max_length=200,
         default="local",
-        help_text="'local' (all-MiniLM-L6-v2) or 'openai:<model>'. Changing it needs a re-embed.",
+        help_text="'local' (all-MiniLM-L6-v2, 384 dimensions), 'mpnet' (all-mpnet-base-v2, 768) or 'openai:<model>'. "
+        "Changing it needs a re-embed.",
     )
     retrieval_config = models.JSONField(
         default=dict,

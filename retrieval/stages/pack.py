@@ -9,7 +9,7 @@ Strategies from the RAG quality design (seed ``rag-quality-design.txt``):
 
 ``context_compose`` lays the passages out for a prompt, optionally in reverse order (reverse
 packing, seed ``advanced-rag-querying.txt``: the best passage last, nearest the question), each
-inside delimiters that mark it as untrusted data; ``context_lines`` is its compact form.
+inside delimiters that mark it as untrusted data (or, ``compact``, as ``[n] title: text`` lines).
 """
 
 from __future__ import annotations
@@ -132,36 +132,30 @@ def text_defang(text: str) -> str:
     return _DELIMITER.sub("", _MARKER.sub(r"(\1)", text))
 
 
-def context_compose(passages: list[Passage], *, reverse_pack: bool) -> str:
-    """The context block of a prompt: one ``<passage n="…" title="…">…</passage>`` per passage.
+def context_compose(
+    passages: list[Passage], *, reverse_pack: bool, compact: bool = False, texts: dict[int, str] | None = None
+) -> str:
+    """The context block of a prompt: one ``<passage n="…" title="…">…</passage>`` per passage, or
+    with ``compact`` one ``[n] title: text`` paragraph (about 12 fewer prompt tokens per passage).
 
     Passages are numbered by rank (``[1]`` is the best); with ``reverse_pack`` they are laid out
-    best-last. Titles and texts are defanged (``text_defang``): the block carries data only.
-    """
-    blocks = []
-    for n, passage in enumerate(passages, start=1):
-        title = text_defang(passage.anchor.heading or passage.document.title).replace('"', "'")
-        blocks.append(f'<passage n="{n}" title="{title}">\n{text_defang(passage.text.strip())}\n</passage>')
-    if reverse_pack:
-        blocks.reverse()
-    return "\n\n".join(blocks)
-
-
-def context_lines(passages: list[Passage], *, reverse_pack: bool, texts: dict[int, str] | None = None) -> str:
-    """The compact context block of a prompt: one ``[n] title: text`` paragraph per passage.
-
-    As ``context_compose``, in about 12 fewer prompt tokens per passage: the ``[n]`` labels
-    cannot be forged, since every ``[n]`` inside a title or text is defanged to ``(n)``.
-    ``texts`` (passage number -> text), when given, shows only those passages, with those texts
-    in place of theirs (a compressed context), keeping their numbers.
+    best-last. Titles and texts are defanged (``text_defang``): the block carries data only, and
+    no text can forge a passage's ``[n]`` label or close its delimiter. ``texts`` (passage number
+    -> text), when given, shows only those passages, with those texts in place of theirs (a
+    compressed context), keeping their numbers.
     """
     blocks = []
     for n, passage in enumerate(passages, start=1):
         if texts is not None and n not in texts:
             continue
-        title = " ".join(text_defang(passage.anchor.heading or passage.document.title).split())
-        body = " ".join(text_defang(passage.text if texts is None else texts[n]).split())
-        blocks.append(f"[{n}] {title}: {body}" if title else f"[{n}] {body}")
+        title = text_defang(passage.anchor.heading or passage.document.title)
+        body = text_defang(passage.text if texts is None else texts[n])
+        if compact:
+            title, body = " ".join(title.split()), " ".join(body.split())
+            blocks.append(f"[{n}] {title}: {body}" if title else f"[{n}] {body}")
+        else:
+            title = title.replace('"', "'")
+            blocks.append(f'<passage n="{n}" title="{title}">\n{body.strip()}\n</passage>')
     if reverse_pack:
         blocks.reverse()
     return "\n\n".join(blocks)

@@ -298,7 +298,7 @@ def test_the_answer_prompt_describes_the_asker_from_profile_permissions_and_rece
         "Their recent questions: What is a queryset?",
     ):
         assert expected in layer
-    assert user.index("</asker>") < user.index("The user's question:")
+    assert user.index("</asker>") < user.index("Question:")
     generate = next(step for step in run.steps if step.stage == "generate")
     assert generate.summary["user_layer"]["recent_questions"] == 1
     assert "expertise" in generate.summary["user_layer"]["profile"]
@@ -311,7 +311,7 @@ def test_without_personalization_the_answer_prompt_is_the_plain_one(guides, memb
     llm = ScriptedLLM(chat_reply="Subclass Field [1].")
     run = pipeline_answer(tenant=guides, question=QUESTION, user=member, llm=llm, options={"personalize": False})
     system, user = llm.calls[-1][1][0]["content"], llm.calls[-1][1][1]["content"]
-    assert system == SYSTEM_PROMPT
+    assert system.startswith(SYSTEM_PROMPT + "\n\nThe passages:\n")
     assert "<asker>" not in user and "Backend developer" not in user
     assert next(step for step in run.steps if step.stage == "generate").summary["user_layer"] is None
 

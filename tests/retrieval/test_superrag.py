@@ -113,7 +113,9 @@ def test_superrag_answers_from_the_kept_relevant_texts_with_citations_to_their_c
     cited = citation.as_dict()
     assert (cited["document"], cited["version"], cited["text"]) == ("howto/bike-tyre", 1, QUOTE)
     assert cited["chunk_id"] == score["kept"][0][0] and cited["score"] == 0.9
-    assert f"[1] Fixing a flat bicycle tyre: {QUOTE}\n" in llm.calls[-1][1][1]["content"]  # the quotation only
+    assert (
+        f"[1] Fixing a flat bicycle tyre: {QUOTE}" in llm.calls[-1][1][0]["content"].splitlines()
+    )  # the quotation only
     assert run.answer.mode == "llm" and run.usage.llm_calls == 4  # three gradings and the answer
     assert run.retrieval.results[0].chunk.pk == cited["chunk_id"]  # candidates reranked by confidence
 

@@ -125,7 +125,7 @@ def test_the_walk_stops_when_the_llm_says_the_facts_suffice_and_answers_citing_t
     assert citation.passage.anchor.pk == chunk_of(walk_corpus, "finance/travel").pk
     assert citation.passage.text == "Trip costs are paid back as expense reports describe."  # written from the facts
     system, user = llm.calls[-1][1]
-    assert "Trip costs are paid back as expense reports describe." in user["content"]
+    assert "Trip costs are paid back as expense reports describe." in system["content"]
 
 
 def test_the_walk_stops_when_a_round_finds_no_new_fact(walk_corpus):
@@ -223,7 +223,7 @@ def test_facts_naming_a_passage_that_does_not_exist_never_reach_the_answer(walk_
     [only] = rounds_of(run)
     assert [f["fact"] for f in only.summary["facts"]] == ["Trip costs follow the expense reports."]
     assert only.summary["dropped"] == [{"fact": "Invented fact.", "passage": 7, "why": "no such passage"}]
-    assert "Invented fact." not in llm.calls[-1][1][1]["content"]
+    assert "Invented fact." not in llm.calls[-1][1][0]["content"]
 
 
 def test_every_round_streams_its_facts_new_queries_and_stop_reason_as_a_step_event(walk_corpus):
