@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 
 from llm import Usage
-from retrieval.stages.generate.cited import asker_block, short_answer_clean
+from retrieval.stages.generate.cited import asker_block, cited_numbers, short_answer_clean
 from retrieval.stages.generate.extractive import Candidate, sentences_rank
 from retrieval.stages.generate.spans import terms, yes_no_question
 from retrieval.stages.pack import context_compose, text_defang
@@ -204,9 +204,8 @@ def reply_read(text: str, *, limit: int) -> tuple[str, list[int]]:
     of that line with 1 <= n <= ``limit``, in order."""
     lines = (line.strip() for line in (text or "").splitlines())
     line = next((line for line in lines if line and not _ECHO.match(line)), "")
-    numbers = [n for n in dict.fromkeys(int(m) for m in _MARKER.findall(line)) if 1 <= n <= limit]
-    short = _MARKER.split(line, maxsplit=1)[0] if _MARKER.search(line) else line
-    return _ANSWER_PREFIX.sub("", short).strip(), numbers
+    short = _MARKER.split(line, maxsplit=1)[0]
+    return _ANSWER_PREFIX.sub("", short).strip(), cited_numbers(line, limit=limit)
 
 
 def quoted_generate(
