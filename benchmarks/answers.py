@@ -1,7 +1,7 @@
 """Answers side by side: the product's pipelines and peer-style prompts, same passages, same model.
 
 Usage: python benchmarks/answers.py --dataset hotpotqa|bioasq [--pipelines extractive simple ...]
-       [--baselines [NAME ...]] [--limit N] [--types yesno factoid] [--model qwen2.5-1.5b]
+       [--baselines [NAME ...]] [--start N] [--limit N] [--types yesno factoid] [--model qwen2.5-1.5b]
        [--llm-url URL] [--judge [ROW ...]] [--out FILE]
 Prints JSON (and writes it to ``benchmarks/results/answers-<dataset>.json`` unless ``--out``).
 
@@ -30,8 +30,10 @@ HotpotQA ``em`` and ``f1`` of the short answer (of the whole answer for the extr
 text and the baselines, which have no short answer), ``gold_in_answer`` of everything the row
 shows (short answer and explanation), ``cited`` (the answer carries a citation), ``coverage``
 (the share of its sentences that are cited), ``supporting_cited`` (a cited passage is one of the
-question's supporting-fact documents), ``refusal`` among ``answerable`` questions (the gold
-answer is in the passages); BioASQ ``yes_no`` accuracy, ``factoid`` lenient accuracy and
+question's supporting-fact documents), ``passage_precision`` (the share of the passages the
+answer was written from that are supporting-fact documents: the fused top 5 for ``extractive``
+and the baselines, SuperRAG's kept passages, WalkingRAG's fact passages), ``refusal`` among
+``answerable`` questions (the gold answer is in the passages); BioASQ ``yes_no`` accuracy, ``factoid`` lenient accuracy and
 ``rouge_l`` against the ideal answer. Time: ``seconds`` per answer (mean, p95), ``ttft_s`` (the
 first streamed token or short answer), ``llm_calls``, ``tokens_in``, ``tokens_out``.
 
@@ -198,6 +200,7 @@ def baseline_answer(kind: str, question: str, passages: list[str], documents: li
         "cited_documents": [documents[n - 1] for n in sorted(numbers)],
         "coverage": _coverage(text),
         "passages": passages,
+        "passage_documents": documents,
         "seconds": seconds,
         "ttft_s": (first - started) if first else None,
         "degraded": not text,
@@ -237,12 +240,18 @@ def scored(dataset: str, item: dict, row: dict) -> dict:
         "cited": bool(row["cited_documents"]),
         "coverage": row["coverage"],
         "degraded": row["degraded"],
+        "type": item["type"],
     }
     passages = " ".join(row["passages"])
     if dataset == "hotpotqa":
         gold = item["answer"]
         answerable = bool(gold_in_answer(passages, gold)) or gold.lower() in ("yes", "no")
+        documents = row["passage_documents"]
         out |= {
+            # the share of the passages the answer was written from that are supporting documents
+            "passage_precision": (sum(d in item["supporting"] for d in documents) / len(documents))
+            if documents
+            else None,
             "em": exact_match(scored_text, gold),
             "f1": token_f1(scored_text, gold),
             "gold_in_answer": gold_in_answer(shown, gold),
@@ -280,7 +289,7 @@ def summary(rows: list[dict]) -> dict:
         "coverage": mean("coverage"),
         "degraded": mean("degraded"),
     }
-    for key in ("em", "f1", "gold_in_answer", "supporting_cited", "rouge_l", "yes_no", "factoid"):
+    for key in ("em", "f1", "gold_in_answer", "supporting_cited", "passage_precision", "rouge_l", "yes_no", "factoid"):
         value = mean(key)
         if value is not None:
             out[key] = value
@@ -288,6 +297,15 @@ def summary(rows: list[dict]) -> dict:
         out["refusal_when_answerable"] = mean("refusal", among=lambda r: r["answerable"])
     else:
         out["refusal"] = mean("refusal")
+    if any("f1" in r for r in rows):  # HotpotQA: bridge and comparison questions apart
+        out["by_type"] = {
+            kind: {
+                key: mean(key, among=lambda r, kind=kind: r.get("type") == kind)
+                for key in ("em", "f1", "gold_in_answer")
+            }
+            | {"answers": sum(r.get("type") == kind for r in rows)}
+            for kind in sorted({r["type"] for r in rows if r.get("type")})
+        }
     return out
 
 

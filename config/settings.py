@@ -26,6 +26,7 @@ from config.env import (
     env_url,
     local_secret_key,
 )
+from core.embedder_keys import EMBEDDER_FORMS, embedder_key_valid
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -167,10 +168,9 @@ OPENAI_BASE_URL = env_url("OPENAI_BASE_URL", schemes=("http", "https"))
 # New tenants' embedder: "local" = all-MiniLM-L6-v2 on this machine; "mpnet" = all-mpnet-base-v2 on
 # this machine (requirements-mpnet.txt); "openai:<model>" = an OpenAI-compatible endpoint.
 KB_EMBEDDER = env_str("KB_EMBEDDER", "local")
-if KB_EMBEDDER not in ("local", "mpnet") and not KB_EMBEDDER.startswith("openai:"):
+if not embedder_key_valid(KB_EMBEDDER):
     raise ImproperlyConfigured(
-        f"KB_EMBEDDER={KB_EMBEDDER!r} must be 'local', 'mpnet' or 'openai:<model>' "
-        "(e.g. openai:text-embedding-3-small)."
+        f"KB_EMBEDDER={KB_EMBEDDER!r} must be {EMBEDDER_FORMS} (e.g. openai:text-embedding-3-small)."
     )
 # Chat model for answers; empty = extractive answers, no LLM.
 KB_LLM_MODEL = env_str("KB_LLM_MODEL")

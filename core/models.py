@@ -11,6 +11,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from core.embedder_keys import EMBEDDER_FORMS, LOCAL_EMBEDDER_KEYS, OPENAI_PREFIX
 from core.tenancy import TenantScopedQuerySet
 from core.tokens import token_key_new
 
@@ -35,6 +36,14 @@ class Tenant(models.Model):
 
     class Meta:
         db_table = "knowledge_tenant"  # the table predates the core app
+        constraints = [
+            # core.embedder_keys.embedder_key_valid, held by the database
+            models.CheckConstraint(
+                condition=models.Q(embedder__in=LOCAL_EMBEDDER_KEYS) | models.Q(embedder__regex=rf"^{OPENAI_PREFIX}.+"),
+                name="tenant_embedder_known",
+                violation_error_message=f"The embedder must be {EMBEDDER_FORMS}.",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.slug

@@ -8,17 +8,20 @@ from django.core.exceptions import ValidationError
 from django.core.validators import validate_slug
 from django.db import transaction
 
+from core.embedder_keys import EMBEDDER_FORMS, embedder_key_valid
 from core.errors import InvalidInput
 from core.models import Membership, Tenant
 
 
 def tenant_create(*, slug: str, name: str = "", embedder: str | None = None) -> Tenant:
-    """Create a tenant; ``InvalidInput`` if the slug is taken or malformed. ``embedder`` defaults
-    to ``KB_EMBEDDER``."""
+    """Create a tenant; ``InvalidInput`` if the slug is taken or malformed, or ``embedder`` names
+    no embedder (``core.embedder_keys``). ``embedder`` defaults to ``KB_EMBEDDER``."""
     try:
         validate_slug(slug)
     except ValidationError as exc:
         raise InvalidInput(f"{slug!r} is not a valid slug (letters, digits, - and _).") from exc
+    if embedder is not None and not embedder_key_valid(embedder):
+        raise InvalidInput(f"Unknown embedder {embedder!r}; use {EMBEDDER_FORMS}.")
     if Tenant.objects.filter(slug=slug).exists():
         raise InvalidInput(f"Tenant {slug!r} already exists.", code="tenant_exists")
     return Tenant.objects.create(slug=slug, name=name or slug, embedder=embedder or settings.KB_EMBEDDER)

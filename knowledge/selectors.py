@@ -100,41 +100,43 @@ def source_ids_for_names(*, tenant: Tenant, names: list[str], user=None) -> list
     return list(found.values())
 
 
+def _per_source(queryset, path: str, aggregate) -> Subquery:
+    """``aggregate`` over the rows of ``queryset`` whose ``path`` is the outer source."""
+    return Subquery(
+        queryset.filter(**{path: OuterRef("pk")}).order_by().values(path).annotate(value=aggregate).values("value")[:1]
+    )
+
+
+def _live_document_count(scope) -> Coalesce:
+    """Per source: its live (not deleted) documents within ``scope`` (an access scope)."""
+    live = documents_visible(Document.objects.filter(deleted_at__isnull=True), scope)
+    return Coalesce(_per_source(live, "source", Count("id")), 0, output_field=IntegerField())
+
+
+def _newest_sync_run() -> Prefetch:
+    """Per source: ``last_runs``, a list holding its newest ``SyncRun``, or empty if it never ran."""
+    return Prefetch("sync_runs", queryset=SyncRun.objects.order_by("-created_at", "-id")[:1], to_attr="last_runs")
+
+
 def source_overview(*, tenant: Tenant, user=None) -> QuerySet[Source]:
     """The tenant's sources ``user`` may see, by name, each with ``document_count``, ``chunk_count`` (of current
     versions), ``newest_published`` (latest ``published_at`` of a current version; ``None`` if
     undated) and ``last_ingested`` (when a current version was last stored), all counted over
     the documents ``user`` may see."""
     scope = access_scope_get(tenant=tenant, user=user)
-
-    def per_source(queryset, path: str, aggregate):
-        return Subquery(
-            queryset.filter(**{path: OuterRef("pk")})
-            .order_by()
-            .values(path)
-            .annotate(value=aggregate)
-            .values("value")[:1]
-        )
-
     current = documents_visible(DocumentVersion.objects.filter(is_current=True), scope, path="document__")
     chunks = documents_visible(Chunk.objects.filter(version__is_current=True), scope, path="version__document__")
     return (
         sources_visible(Source.objects.for_tenant(tenant), scope)
         .annotate(
-            document_count=Coalesce(
-                per_source(
-                    documents_visible(Document.objects.filter(deleted_at__isnull=True), scope), "source", Count("id")
-                ),
-                0,
-                output_field=IntegerField(),
-            ),
+            document_count=_live_document_count(scope),
             chunk_count=Coalesce(
-                per_source(chunks, "version__document__source", Count("id")),
+                _per_source(chunks, "version__document__source", Count("id")),
                 0,
                 output_field=IntegerField(),
             ),
-            newest_published=per_source(current, "document__source", Max("published_at")),
-            last_ingested=per_source(current, "document__source", Max("ingested_at")),
+            newest_published=_per_source(current, "document__source", Max("published_at")),
+            last_ingested=_per_source(current, "document__source", Max("ingested_at")),
         )
         .order_by("name")
     )
@@ -163,17 +165,9 @@ def ingestion_job_list(*, tenant: Tenant, job_ids: list[int], user=None) -> list
 def source_overview_with_last_sync(*, tenant: Tenant, user=None) -> list[Source]:
     """``source_overview``, each source also carrying ``last_sync``: its most recent ``SyncRun``
     (pending, running or finished), or ``None`` if it was never synced (the sources filled by hand)."""
-    sources = list(source_overview(tenant=tenant, user=user))
-    synced = [source.pk for source in sources if source.is_synced]
-    latest = (
-        SyncRun.objects.for_tenant(tenant)
-        .filter(source_id__in=synced)
-        .order_by("source_id", "-created_at", "-id")
-        .distinct("source_id")
-    )
-    runs = {run.source_id: run for run in latest} if synced else {}
+    sources = list(source_overview(tenant=tenant, user=user).prefetch_related(_newest_sync_run()))
     for source in sources:
-        source.last_sync = runs.get(source.pk)
+        source.last_sync = source.last_runs[0] if source.last_runs else None
     return sources
 
 
@@ -184,13 +178,10 @@ def _sources_with_counts(*, tenant: Tenant, user=None) -> QuerySet[Source]:
     """The tenant's sources ``user`` may see, each with ``document_count`` (its live documents
     ``user`` may see) and ``last_runs`` (a list holding its newest sync run, or empty)."""
     scope = access_scope_get(tenant=tenant, user=user)
-    live = documents_visible(Document.objects.filter(deleted_at__isnull=True), scope)
-    count = live.filter(source=OuterRef("pk")).order_by().values("source").annotate(n=Count("id")).values("n")[:1]
-    newest = SyncRun.objects.order_by("-created_at", "-id")[:1]
     return (
         sources_visible(Source.objects.for_tenant(tenant), scope)
-        .annotate(document_count=Coalesce(Subquery(count), 0, output_field=IntegerField()))
-        .prefetch_related(Prefetch("sync_runs", queryset=newest, to_attr="last_runs"))
+        .annotate(document_count=_live_document_count(scope))
+        .prefetch_related(_newest_sync_run())
     )
 
 

@@ -56,6 +56,23 @@ LEASED_TASK = {
     "time_limit": settings.CELERY_TASK_TIME_LIMIT,
     "soft_time_limit": max(settings.CELERY_TASK_TIME_LIMIT - 30, 10),
 }
+# Options of the per-tenant steps queued after each ingestion (near-duplicates, enrichment, summaries).
+TENANT_STEP_TASK = {"acks_late": True, "autoretry_for": TRANSIENT_ERRORS, "max_retries": 3, "retry_backoff": True}
+
+
+def _leased_run(task: Task, model, row_id: int, execute, busy: type[Exception]) -> str:
+    """``execute(row_id, worker_id=...)`` in the tenant's context of ``model`` row ``row_id``; its
+    final status, or ``"missing"`` when the row is gone. ``busy`` (another worker's live lease)
+    retries the task when that lease would run out."""
+    tenant_id = tenant_id_of(model, row_id)
+    if tenant_id is None:
+        return "missing"
+    try:
+        with tenant_context(tenant_id):
+            row = execute(row_id, worker_id=f"{task.request.hostname or 'worker'}/{os.getpid()}")
+    except busy as held:
+        raise task.retry(countdown=held.retry_in, exc=held) from held
+    return row.status if row is not None else "missing"
 
 
 @shared_task(name=task_names.INGESTION_JOB, base=IngestionJobTask, **LEASED_TASK)
@@ -66,15 +83,13 @@ def ingestion_job_task(self, job_id: int) -> str:
     job running under another worker's live lease is retried when that lease would run out
     (and taken over then if that worker died). Bad input is recorded on the job, not retried.
     """
-    tenant_id = tenant_id_of(IngestionJob, job_id)
-    if tenant_id is None:
-        return "missing"
-    try:
-        with tenant_context(tenant_id):
-            job = ingestion_job_run(job_id=job_id, worker_id=f"{self.request.hostname or 'worker'}/{os.getpid()}")
-    except IngestionJobBusy as busy:
-        raise self.retry(countdown=busy.retry_in, exc=busy) from busy
-    return job.status if job is not None else "missing"
+    return _leased_run(
+        self,
+        IngestionJob,
+        job_id,
+        lambda pk, worker_id: ingestion_job_run(job_id=pk, worker_id=worker_id),
+        IngestionJobBusy,
+    )
 
 
 @shared_task(name=task_names.INGESTION_JOBS_RECOVER, time_limit=300)
@@ -86,14 +101,7 @@ def ingestion_jobs_recover_task() -> list[int]:
     return ingestion_jobs_recover()
 
 
-@shared_task(
-    name=task_names.NEAR_DUPLICATES,
-    acks_late=True,
-    autoretry_for=TRANSIENT_ERRORS,
-    max_retries=3,
-    retry_backoff=True,
-    time_limit=1800,
-)
+@shared_task(name=task_names.NEAR_DUPLICATES, time_limit=1800, **TENANT_STEP_TASK)
 def near_duplicates_task(tenant_id: int) -> dict:
     """Find the near-duplicates of tenant ``tenant_id``'s new versions and rebuild its clusters
     (``knowledge.dedup.services.near_duplicates_refresh``); queued after each ingestion."""
@@ -101,14 +109,7 @@ def near_duplicates_task(tenant_id: int) -> dict:
         return near_duplicates_refresh(tenant_id=tenant_id)
 
 
-@shared_task(
-    name=task_names.ENRICHMENT,
-    acks_late=True,
-    autoretry_for=TRANSIENT_ERRORS,
-    max_retries=3,
-    retry_backoff=True,
-    time_limit=3600,
-)
+@shared_task(name=task_names.ENRICHMENT, time_limit=3600, **TENANT_STEP_TASK)
 def enrichment_task(tenant_id: int) -> dict:
     """Enrich tenant ``tenant_id``'s chunks that have no enrichment yet (keyphrases, and questions
     with an LLM: ``knowledge.enrichment.services.chunks_enrich``); queued after each ingestion."""
@@ -116,14 +117,7 @@ def enrichment_task(tenant_id: int) -> dict:
         return chunks_enrich(tenant_id=tenant_id)
 
 
-@shared_task(
-    name=task_names.SUMMARIES,
-    acks_late=True,
-    autoretry_for=TRANSIENT_ERRORS,
-    max_retries=3,
-    retry_backoff=True,
-    time_limit=3600,
-)
+@shared_task(name=task_names.SUMMARIES, time_limit=3600, **TENANT_STEP_TASK)
 def summaries_task(tenant_id: int) -> dict:
     """Write the missing per-document summaries of tenant ``tenant_id``
     (``knowledge.summaries.services.summaries_refresh``); queued after each ingestion."""
@@ -138,15 +132,9 @@ def source_sync_task(self, run_id: int) -> str:
     A run under another worker's live lease is retried when that lease would run out (and taken
     over then if that worker died); temporary failures are retried with backoff.
     """
-    tenant_id = tenant_id_of(SyncRun, run_id)
-    if tenant_id is None:
-        return "missing"
-    try:
-        with tenant_context(tenant_id):
-            run = sync_run_execute(run_id=run_id, worker_id=f"{self.request.hostname or 'worker'}/{os.getpid()}")
-    except SyncBusy as busy:
-        raise self.retry(countdown=busy.retry_in, exc=busy) from busy
-    return run.status if run is not None else "missing"
+    return _leased_run(
+        self, SyncRun, run_id, lambda pk, worker_id: sync_run_execute(run_id=pk, worker_id=worker_id), SyncBusy
+    )
 
 
 @shared_task(name=task_names.SOURCES_SYNC_DUE, time_limit=300)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from core.embedder_keys import EMBEDDER_FORMS, LOCAL_EMBEDDER_KEYS, embedder_key_valid
 from knowledge.embedders.base import BACKENDS, Embedder, EmbedderUnavailable, QueryCacheMixin
 from knowledge.embedders.local import (
     MINILM,
@@ -53,15 +54,17 @@ __all__ = [
 ]
 
 # The local models by embedder key.
-LOCAL_EMBEDDERS: dict[str, type[LocalSentenceEmbedder]] = {"local": LocalMiniLMEmbedder, "mpnet": LocalMPNetEmbedder}
+LOCAL_EMBEDDERS: dict[str, type[LocalSentenceEmbedder]] = dict(
+    zip(LOCAL_EMBEDDER_KEYS, (LocalMiniLMEmbedder, LocalMPNetEmbedder), strict=True)
+)
 
 
 def embedder_key_check(key: str) -> str:
     """Return ``key`` if it names an embedder (``"local"``, ``"mpnet"`` or ``"openai:<model>"``),
     else raise ``ValueError`` listing the valid forms. Installation is not checked."""
-    if key in LOCAL_EMBEDDERS or (key.startswith("openai:") and len(key) > len("openai:")):
+    if embedder_key_valid(key):
         return key
-    raise ValueError(f"Unknown embedder {key!r}; use {', '.join(map(repr, LOCAL_EMBEDDERS))} or 'openai:<model>'.")
+    raise ValueError(f"Unknown embedder {key!r}; use {EMBEDDER_FORMS}.")
 
 
 @lru_cache(maxsize=4)

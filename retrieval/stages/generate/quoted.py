@@ -36,7 +36,7 @@ from retrieval.stages.pack import context_compose, text_defang
 from retrieval.types import Answer, Citation, Passage
 
 MAX_TOKENS = 40  # the reply: a few words and the passage numbers, "Tacoma [3][1]"
-EVIDENCE_SENTENCES = 2  # the most sentences the explanation quotes
+EVIDENCE_SENTENCES = 3  # the most sentences the explanation quotes: both hops of a two-hop question fit
 CONTEXT_SENTENCES = 0  # the compressed context's sentences, 0 = whole passages (GenerateConfig.context_sentences)
 ANSWER_WEIGHT = 1.0  # bonus of a sentence holding every word of the short answer (part of it: pro rata)
 NAMED_WEIGHT = 0.5  # bonus of a sentence of a passage the model named
