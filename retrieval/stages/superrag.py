@@ -30,6 +30,7 @@ from retrieval.stages.rerank.llm_scoring import (
     ScoredCandidate,
     candidates_keep,
     candidates_score,
+    confidence_order,
     sentences_best,
 )
 from retrieval.types import Answer, Passage, SearchResult
@@ -221,8 +222,9 @@ class NotFound(Stage):
 
 
 def _reranked(scored: list[ScoredCandidate]) -> list[SearchResult]:
-    """The candidates as results ordered by confidence; ``components["fused"]`` keeps the retrieval rank."""
-    ranked = sorted(scored, key=lambda c: (-c.confidence, c.result.rank))
+    """The candidates as results in ``confidence_order`` (the LLM-graded first); ``components["fused"]``
+    keeps the retrieval rank."""
+    ranked = sorted(scored, key=confidence_order)
     return [
         replace(
             c.result,
@@ -262,7 +264,7 @@ class SuperRAG(Stage):
             results = state.results
             state.results = results[:candidates]
             state = self.score.run(state)
-            ranked = [c.result for c in sorted(state.scored, key=lambda candidate: -candidate.confidence)]
+            ranked = [c.result for c in sorted(state.scored, key=confidence_order)]
             confidence = {c.chunk_id: c.confidence for c in state.scored}
             ranking = [
                 replace(result, score=confidence.get(result.chunk.pk, result.score), rank=rank)

@@ -286,6 +286,21 @@ def test_batches_past_the_grading_budget_keep_the_fused_score_without_failing_th
     assert len(llm.calls) == 2 and [c.scored_by for c in scored] == ["llm", "llm", "llm"]
 
 
+def test_a_candidate_the_budget_left_ungraded_never_outranks_a_graded_one():
+    graded = [
+        ScoredCandidate(result=SearchResult(chunk=None, score=1.0, rank=rank), confidence=grade, scored_by="llm")
+        for rank, grade in ((1, 0.2), (2, 0.6))
+    ]
+    # RRF: the 30th candidate scores 61/90 = 0.68 of the best, above the graded 0.6
+    ungraded = [
+        ScoredCandidate(result=SearchResult(chunk=None, score=1.0, rank=30), confidence=0.68, unscored="budget")
+    ]
+    kept = candidates_keep(ungraded + graded, keep=1, threshold=0.5)
+    assert [c.result.rank for c in kept] == [2]
+    filled = candidates_keep(ungraded + graded, keep=3, threshold=0.5)
+    assert [c.result.rank for c in filled] == [2, 30]  # the graded first, then the rest fill
+
+
 def test_a_failed_batch_counts_its_usage_once_and_spares_the_endpoint_the_rest(corpus):
     results = candidates(corpus)
     llm = ScriptedLLM(structured_reply=LLMTimeout("The LLM endpoint timed out."))

@@ -365,10 +365,20 @@ def candidates_score(
     return scored
 
 
-def candidates_keep(scored: list[ScoredCandidate], *, keep: int, threshold: float) -> list[ScoredCandidate]:
-    """The ``keep`` most confident candidates whose confidence is at least ``threshold`` (0-1).
+def confidence_order(candidate: ScoredCandidate) -> tuple[bool, float, int]:
+    """Sort key of scored candidates, best first: the LLM-graded ones by confidence, then the
+    others (left ungraded by the budget, or their call failed) by their LLM-free confidence; ties
+    keep the retrieval order.
 
-    Best first; ties keep the retrieval order.
+    The two scales do not mix: relative to the best fused score, every one of 50 RRF-fused
+    candidates scores at least 0.55 (1/(60+50) over 1/(60+1)), above most LLM grades, so an
+    ungraded candidate far down the fused list would otherwise outrank the graded top ones.
     """
-    ranked = sorted(scored, key=lambda c: (-c.confidence, c.result.rank))
+    return (candidate.scored_by != "llm", -candidate.confidence, candidate.result.rank)
+
+
+def candidates_keep(scored: list[ScoredCandidate], *, keep: int, threshold: float) -> list[ScoredCandidate]:
+    """The ``keep`` first candidates in ``confidence_order`` whose confidence is at least
+    ``threshold`` (0-1): the LLM-graded ones, then (to fill) the others."""
+    ranked = sorted(scored, key=confidence_order)
     return [c for c in ranked if c.confidence >= threshold][:keep]
