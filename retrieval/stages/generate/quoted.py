@@ -3,13 +3,14 @@
 A small local model spends most of an answer's time reading the prompt and writing prose, and
 its prose is where citations go missing. In this style the model is asked for the least it can
 usefully write, one line: the direct answer in a few words, then the numbers of the passages it
-comes from (``"Tacoma [3][1]"``; ``none`` when no passage is about the question). Plain text, not
+comes from (``"Tacoma [2][1]"``; ``none`` when no passage is about the question). Plain text, not
 JSON: on 2 cores with Qwen2.5-1.5B a JSON reply took 1.2-1.9 s longer per answer (twice the
 output tokens, and grammar-constrained sampling) for the same answers. The explanation is then
 the passages' own sentences that support that answer (``evidence_choose``): BM25 of each passage
 sentence against the question plus the answer (``extractive.sentences_rank``), with bonuses for
 holding the answer's words and for being in a passage the model named; the best sentence, then
-the best one of another passage (the bridge of a two-hop question), each cited ``[n]``. Every
+up to two more, each the best of another passage (the bridge of a two-hop question), each cited
+``[n]`` (``EVIDENCE_SENTENCES``). Every
 sentence of the explanation is a passage's text and is cited, so coverage is 1.0 by
 construction; a short answer none of whose words occur in the passages is listed as unsupported.
 
@@ -35,7 +36,7 @@ from retrieval.stages.generate.spans import terms, yes_no_question
 from retrieval.stages.pack import context_compose, text_defang
 from retrieval.types import Answer, Citation, Passage
 
-MAX_TOKENS = 40  # the reply: a few words and the passage numbers, "Tacoma [3][1]"
+MAX_TOKENS = 40  # the reply: a few words and the passage numbers, "Tacoma [2][1]"
 EVIDENCE_SENTENCES = 3  # the most sentences the explanation quotes: both hops of a two-hop question fit
 CONTEXT_SENTENCES = 0  # the compressed context's sentences, 0 = whole passages (GenerateConfig.context_sentences)
 ANSWER_WEIGHT = 1.0  # bonus of a sentence holding every word of the short answer (part of it: pro rata)
