@@ -39,7 +39,7 @@ class GenerateConfig:
     """Settings of the ``generate`` stage: the LLM answer's style and its prompt's context.
 
     Styles as in the module docstring. ``quoted`` is the default: on the 50 HotpotQA dev questions
-    with the local Qwen model on 2 cores it takes 1.13 x the time of a bare "answer only" prompt,
+    with the local Qwen model on 2 cores it takes 1.11 x the time of a bare "answer only" prompt,
     where the written style took 2.75 x, its short answers' F1 is 0.50 against that prompt's 0.49,
     and every sentence is cited (``benchmarks/answers.py``; ``docs/benchmarks.md``)."""
 
