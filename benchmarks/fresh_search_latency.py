@@ -3,8 +3,8 @@
 Usage: python benchmarks/fresh_search_latency.py [--dataset bioasq] [--wait 300] [--no-upkeep]
 Ingests the dataset's dev documents into a fresh tenant, runs its evaluation (hybrid, the query
 embedding included) at once, waits ``--wait`` seconds and runs it again on the same tenant.
-Prints one JSON object (also written to benchmarks/results/fresh_search_latency.json, or
-``fresh_search_latency_no_upkeep.json``): p50/p95 of each run, the mean row fetch (``fetch_ms``), and
+Prints one JSON object (also written to benchmarks/results/fresh_search_latency.json; other
+datasets add ``_<dataset>``, ``--no-upkeep`` adds ``_no_upkeep``): p50/p95 of each run, the mean row fetch (``fetch_ms``), and
 ``first_over_later_p50`` (the target is at most 1.1). ``--no-upkeep`` leaves out the vacuum
 queued after ingestion (``knowledge.services.maintenance``), to show what it changes.
 The query-embedding cache is off (``KB_QUERY_EMBED_CACHE=0``), so both runs embed every query:
@@ -71,8 +71,10 @@ def main() -> None:
         "later": _run_figures(later),
     }
     out["first_over_later_p50"] = round(out["first"]["p50_ms"] / out["later"]["p50_ms"], 3)
-    name = "fresh_search_latency_no_upkeep.json" if args.no_upkeep else "fresh_search_latency.json"
-    (ROOT / "benchmarks" / "results" / name).write_text(json.dumps(out, indent=2) + "\n")
+    suffix = ("" if args.dataset == "bioasq" else f"_{args.dataset}") + ("_no_upkeep" if args.no_upkeep else "")
+    (ROOT / "benchmarks" / "results" / f"fresh_search_latency{suffix}.json").write_text(
+        json.dumps(out, indent=2) + "\n"
+    )
     print(json.dumps(out, indent=2))
 
 
