@@ -2,6 +2,7 @@
 
 from django.urls import include, path
 
+from core.audit_apis import AuditEventListApi
 from knowledge.apis import DocumentDetailApi, DocumentListApi, JobDetailApi
 from knowledge.source_apis import (
     SourceDetailApi,
@@ -14,6 +15,7 @@ from people.apis import CitationOpenApi, ConversationDetailApi, ConversationList
 from retrieval.apis import AskApi, SearchApi
 from retrieval.stream_apis import AskStreamApi
 from retrieval.trace_apis import TraceDetailApi
+from retrieval.usage_apis import UsageApi
 
 app_name = "api"
 
@@ -35,5 +37,7 @@ urlpatterns = [
     path("traces/<int:trace_id>/feedback/", FeedbackApi.as_view(), name="trace-feedback"),
     path("traces/<int:trace_id>/citations/<int:n>/open/", CitationOpenApi.as_view(), name="citation-open"),
     path("profile/", ProfileApi.as_view(), name="profile"),
+    path("usage/", UsageApi.as_view(), name="usage"),
     path("settings/retrieval/", include("quality.api_urls")),
+    path("audit/", AuditEventListApi.as_view(), name="audit-list"),
 ]

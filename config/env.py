@@ -53,6 +53,23 @@ def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
     return number
 
 
+def env_limit(name: str, default: int | None = None) -> int | None:
+    """Return the variable as a whole number of at least 0, or ``None`` (no limit) when it is
+    unset, empty or ``unlimited``."""
+    value = env_str(name)
+    if not value:
+        return default
+    if value.lower() == "unlimited":
+        return None
+    try:
+        number = int(value)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}={value!r} is not a whole number (or 'unlimited').") from exc
+    if number < 0:
+        raise ImproperlyConfigured(f"{name}={number} must be at least 0.")
+    return number
+
+
 def env_float(name: str, default: float, *, minimum: float | None = None) -> float:
     """Return the variable as a float, at least ``minimum`` when one is given."""
     value = env_str(name)

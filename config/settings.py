@@ -6,6 +6,7 @@ Every variable goes through a typed helper in ``config.env`` that raises
 
 from __future__ import annotations
 
+import ipaddress
 from datetime import timedelta
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from config.env import (
     env_float,
     env_int,
     env_json,
+    env_limit,
     env_list,
     env_path,
     env_rate,
@@ -36,6 +38,9 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver
 # Where the embedded database, uploads and downloaded demo documents live.
 KB_DATA_DIR = env_path("KB_DATA_DIR", BASE_DIR / ".kb-data")
 KB_DATA_DIR.mkdir(parents=True, exist_ok=True)
+# Where the demo keeps Django's docs, which its folder sources read: outside the data directory,
+# which can never be granted to a tenant's sources (docs/security.md).
+KB_DEMO_DIR = Path(env_str("KB_DEMO_DIR") or BASE_DIR / ".kb-demo").expanduser().resolve()
 
 SECRET_KEY = env_str("SECRET_KEY")
 if not SECRET_KEY:
@@ -76,6 +81,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # The audit log's actor and client address come from the request (core.audit, docs/audit.md).
+    "core.audit.AuditContextMiddleware",
     # Row-level security: each request's statements run as the non-superuser role kb_app, bound to
     # the tenant the view resolves (core.rls, docs/rls.md).
     "core.rls.RowLevelSecurityMiddleware",
@@ -209,7 +216,49 @@ KB_EMBEDDER_BACKEND = env_choice("KB_EMBEDDER_BACKEND", "onnx", ["torch", "onnx"
 KB_EMBED_THREADS = env_int("KB_EMBED_THREADS", 0, minimum=0)
 # Query embeddings kept per embedder (LRU; repeated questions skip the model); 0 disables.
 KB_QUERY_EMBED_CACHE = env_int("KB_QUERY_EMBED_CACHE", 1024, minimum=0)
-KB_MAX_UPLOAD_BYTES = env_int("KB_MAX_UPLOAD_BYTES", 20 * 1024 * 1024, minimum=1024)
+# --- The tenant boundary (docs/security.md) ---------------------------------------------------
+# Uploads: the largest file, and the largest multipart request (several files of the portal's
+# form), refused while the body streams in (core.uploads). KB_MAX_UPLOAD_MB is the setting;
+# KB_MAX_UPLOAD_BYTES is what the code reads.
+KB_MAX_UPLOAD_MB = env_float("KB_MAX_UPLOAD_MB", 20, minimum=0.001)
+KB_MAX_UPLOAD_BYTES = int(KB_MAX_UPLOAD_MB * 1024 * 1024)
+KB_MAX_UPLOAD_REQUEST_MB = env_float("KB_MAX_UPLOAD_REQUEST_MB", max(KB_MAX_UPLOAD_MB, 100), minimum=0.001)
+KB_MAX_UPLOAD_REQUEST_BYTES = int(KB_MAX_UPLOAD_REQUEST_MB * 1024 * 1024)
+if KB_MAX_UPLOAD_REQUEST_BYTES < KB_MAX_UPLOAD_BYTES:
+    raise ImproperlyConfigured("KB_MAX_UPLOAD_REQUEST_MB must be at least KB_MAX_UPLOAD_MB.")
+# Parsing PDF and office files (knowledge.ingestion.sandbox): a child process with at most this
+# much more memory and this much CPU time (and wall time), and caps on what a file may unpack to.
+KB_PARSE_MEMORY_MB = env_int("KB_PARSE_MEMORY_MB", 1024, minimum=64)
+KB_PARSE_TIMEOUT_S = env_int("KB_PARSE_TIMEOUT_S", 20, minimum=1)
+KB_PARSE_MAX_UNPACKED_MB = env_int("KB_PARSE_MAX_UNPACKED_MB", 100, minimum=1)
+KB_PARSE_MAX_RATIO = env_int("KB_PARSE_MAX_RATIO", 100, minimum=2)
+KB_PARSE_MAX_CHARS = env_int("KB_PARSE_MAX_CHARS", 5_000_000, minimum=1000)
+KB_PARSE_MAX_PDF_PAGES = env_int("KB_PARSE_MAX_PDF_PAGES", 2000, minimum=1)
+# Outbound fetches for tenants (web and git sources, core.outbound) reach public (global unicast)
+# addresses only; the operator opens intranet ranges here (CIDRs, e.g. 10.20.0.0/16). Empty: none.
+KB_FETCH_ALLOWED_NETWORKS = env_list("KB_FETCH_ALLOWED_NETWORKS", [])
+for _network in KB_FETCH_ALLOWED_NETWORKS:
+    try:
+        ipaddress.ip_network(_network, strict=False)
+    except ValueError as _error:
+        raise ImproperlyConfigured(
+            f"KB_FETCH_ALLOWED_NETWORKS: {_network!r} is not a network in CIDR form, e.g. 10.20.0.0/16 ({_error})."
+        ) from None
+# Operator limits on what tenant admins may ask of the connectors (checked on create, edit and use).
+KB_WEB_MAX_PAGES = env_int("KB_WEB_MAX_PAGES", 5000, minimum=1)  # the largest page_limit
+KB_WEB_MIN_CRAWL_DELAY_S = env_float("KB_WEB_MIN_CRAWL_DELAY_S", 0.5, minimum=0.0)  # the least crawl_delay_s
+KB_WEB_MAX_PAGE_MB = env_float("KB_WEB_MAX_PAGE_MB", 10, minimum=0.01)  # the largest page or sitemap
+KB_MIN_SYNC_EVERY_S = env_int("KB_MIN_SYNC_EVERY_S", 900, minimum=60)  # the least sync_every (15 minutes)
+KB_GIT_MAX_MB = env_int("KB_GIT_MAX_MB", 500, minimum=1)  # the most one git fetch may download
+KB_GIT_TIMEOUT_S = env_int("KB_GIT_TIMEOUT_S", 600, minimum=5)  # the longest one git fetch may take
+# Per-tenant quotas' installation defaults (core.quotas; an operator overrides them per tenant).
+# Unset, empty or 'unlimited' = no limit. Syncs per day are limited by default: every sync costs the server a crawl.
+KB_QUOTA_DOCUMENTS = env_limit("KB_QUOTA_DOCUMENTS")
+KB_QUOTA_STORED_MB = env_limit("KB_QUOTA_STORED_MB")
+KB_QUOTA_CHUNKS = env_limit("KB_QUOTA_CHUNKS")
+KB_QUOTA_SOURCES = env_limit("KB_QUOTA_SOURCES")
+KB_QUOTA_SYNCS_PER_DAY = env_limit("KB_QUOTA_SYNCS_PER_DAY", 500)
+KB_QUOTA_LLM_TOKENS_PER_DAY = env_limit("KB_QUOTA_LLM_TOKENS_PER_DAY")
 # Near-duplicate documents (knowledge.dedup, docs/dedup.md): searched after each ingestion (a
 # Celery task), at this Jaccard similarity of 5-word shingles or more (a tenant may override it
 # with retrieval_config["near_duplicate_threshold"]). 0.5 measured on two Django releases
@@ -246,6 +295,13 @@ KB_SCORE_ANSWERS = env_bool("KB_SCORE_ANSWERS", False)  # answer-quality scores 
 KB_TRACE_RETENTION_DAYS = env_int("KB_TRACE_RETENTION_DAYS", 30, minimum=1)  # days answer traces are kept
 DATA_UPLOAD_MAX_MEMORY_SIZE = KB_MAX_UPLOAD_BYTES + 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
+# The upload limits above, enforced while the body streams in (core.uploads), before Django's own
+# two handlers keep a file in memory or in a temporary file.
+FILE_UPLOAD_HANDLERS = [
+    "core.uploads.UploadLimitHandler",
+    "django.core.files.uploadhandler.MemoryFileUploadHandler",
+    "django.core.files.uploadhandler.TemporaryFileUploadHandler",
+]
 
 # --- Web ------------------------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [

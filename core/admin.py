@@ -1,5 +1,9 @@
 """Tenant isolation in the Django admin, shared by every app's ``admin.py``, and the admin of
-tenancy itself: tenants, memberships (also inline on the user page) and membership tokens.
+tenancy itself: tenants, memberships (also inline on the user page), membership tokens and the
+audit log.
+
+Additions, changes and deletions of the audited models are recorded in the audit log
+(``AuditedAdminMixin``, ``core.audit``).
 
 A superuser sees and edits every tenant's rows. A staff user who is not a superuser is a
 *tenant admin*: every changelist, change page, foreign-key choice and list filter is limited to
@@ -15,10 +19,13 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.db.models import Count
+from rest_framework.authtoken.admin import TokenAdmin
+from rest_framework.authtoken.models import TokenProxy
 
+from core.audit import audit_record, audit_shown
 from core.memberships import SESSION_KEY, membership_list
-from core.models import Membership, MembershipToken, Tenant
-from core.rls import rls_request_bind
+from core.models import AuditEvent, Membership, MembershipToken, Tenant
+from core.rls import rls_bypass, rls_request_bind
 
 UNSCOPED = object()
 
@@ -152,6 +159,97 @@ def _choices_for(model, tenant):
     return model._default_manager.for_tenant(tenant)
 
 
+def audit_form_changes(form, *, add: bool = False) -> dict:
+    """What a submitted model form changes, for the audit log: ``{"field": [before, after]}`` of
+    each changed field (of every filled-in field when ``add``, with ``before`` = ``None``), rows
+    shown by their ``str``. Password fields are left out."""
+    changes = {}
+    for name in list(form.cleaned_data) if add else form.changed_data:
+        field = form.fields.get(name)
+        if field is None or isinstance(field.widget, forms.PasswordInput) or name not in form.cleaned_data:
+            continue
+        after = audit_shown(form.cleaned_data[name])
+        if add:
+            if after not in (None, "", [], {}):
+                changes[name] = [None, after]
+            continue
+        before = form.initial.get(name)
+        single_row = isinstance(field, forms.ModelChoiceField) and not isinstance(field, forms.ModelMultipleChoiceField)
+        if single_row and before is not None and not hasattr(before, "pk"):
+            before = field.queryset.model._default_manager.filter(pk=before).first() or before
+        before = audit_shown(before)
+        if before != after:
+            changes[name] = [before, after]
+    return changes
+
+
+class AuditedAdminMixin:
+    """Records the admin's additions, changes and deletions of its model in the audit log
+    (``core.audit.audit_record``), through Django's own hooks (``log_addition``, ``log_change``,
+    ``log_deletions``), so the add and change pages, list editing and the delete page and action
+    are all covered. Each event names the row's tenant, the row, and what changed
+    (``audit_form_changes``).
+
+    ``audit_actions`` maps ``"created"``, ``"changed"`` and ``"deleted"`` to the action recorded;
+    a verb left out is not recorded here (a service this admin calls records it).
+    """
+
+    audit_actions: dict[str, str] = {}
+    audit_object_type: str = ""  # default: the model's name
+
+    def audit_tenants(self, obj) -> list[int | None]:
+        """The tenants whose log gets the event (default: the row's ``tenant_id``)."""
+        return [getattr(obj, "tenant_id", None)]
+
+    def audit_repr(self, obj) -> str:
+        """How the log names the row (default: its ``str``)."""
+        return str(obj)
+
+    def audit_action(self, verb: str, obj, changes: dict) -> str | None:
+        """The action recorded for ``verb`` on ``obj`` (``None``: nothing is recorded)."""
+        return self.audit_actions.get(verb)
+
+    def audit_deleted(self, obj) -> dict:
+        """What the log keeps of a deleted row (``changes`` of its deletion event)."""
+        return {}
+
+    def _audit(self, verb: str, obj, changes: dict) -> None:
+        action = self.audit_action(verb, obj, changes)
+        if not action:
+            return
+        for tenant_id in self.audit_tenants(obj):
+            audit_record(
+                action=action,
+                tenant=tenant_id,
+                obj=obj,
+                object_type=self.audit_object_type,
+                object_repr=self.audit_repr(obj),
+                changes=changes,
+            )
+
+    def save_model(self, request, obj, form, change):
+        obj._audit_changes = audit_form_changes(form, add=not change)
+        super().save_model(request, obj, form, change)
+
+    def log_addition(self, request, obj, message):
+        entry = super().log_addition(request, obj, message)
+        self._audit("created", obj, getattr(obj, "_audit_changes", {}))
+        return entry
+
+    def log_change(self, request, obj, message):
+        entry = super().log_change(request, obj, message)
+        changes = getattr(obj, "_audit_changes", None)
+        if changes:  # "Save" without a change records nothing
+            self._audit("changed", obj, changes)
+        return entry
+
+    def log_deletions(self, request, queryset):
+        # Called before the rows are deleted, inside the delete page's transaction.
+        for obj in queryset:
+            self._audit("deleted", obj, self.audit_deleted(obj))
+        return super().log_deletions(request, queryset)
+
+
 class ReadOnlyAdminMixin:
     """Rows written only by ingestion: viewable, never added or changed here."""
 
@@ -210,12 +308,28 @@ class TenantAdmin(admin.ModelAdmin):
         return obj.document_count
 
 
+def _membership_action(verb: str, changes: dict) -> str:
+    if verb == "changed":
+        return "membership.role_changed" if "role" in changes else "membership.changed"
+    return {"created": "membership.created", "deleted": "membership.removed"}[verb]
+
+
+def _membership_removed(membership: Membership) -> dict:
+    return {"role": [membership.role, None], "tokens_revoked": membership.tokens.count()}
+
+
 @admin.register(Membership)
-class MembershipAdmin(TenantScopedAdmin):
+class MembershipAdmin(AuditedAdminMixin, TenantScopedAdmin):
     list_display = ["user", "tenant", "role"]
     list_filter = ["tenant", "role"]
     list_select_related = ["user", "tenant"]
     search_fields = ["user__username", "user__email", "tenant__slug"]
+
+    def audit_action(self, verb, obj, changes):
+        return _membership_action(verb, changes)
+
+    def audit_deleted(self, obj):
+        return _membership_removed(obj)
 
 
 # The user page gets a Memberships inline, so a superuser edits every tenant a user belongs to in
@@ -245,6 +359,9 @@ class MembershipInline(admin.TabularInline):
 
 
 class UserWithMembershipsAdmin(UserAdmin):
+    """Users with their memberships inline; memberships added, changed or removed here, and those a
+    deleted user loses, are recorded in the audit log as on the membership page."""
+
     inlines = [*UserAdmin.inlines, MembershipInline]
 
     def get_queryset(self, request):
@@ -254,6 +371,74 @@ class UserWithMembershipsAdmin(UserAdmin):
             return queryset
         return queryset.filter(memberships__tenant=tenant) if tenant is not None else queryset.none()
 
+    def save_formset(self, request, form, formset, change):
+        if formset.model is not Membership:
+            return super().save_formset(request, form, formset, change)
+        deleted = [f.instance for f in formset.deleted_forms if f.instance.pk is not None]
+        changed = {
+            f.instance.pk: audit_form_changes(f)
+            for f in formset.initial_forms
+            if f.instance.pk is not None and f.instance not in deleted and f.has_changed()
+        }
+        for membership in deleted:  # recorded before the rows go, in the page's transaction
+            _membership_record("deleted", membership, _membership_removed(membership))
+        super().save_formset(request, form, formset, change)
+        for membership in formset.new_objects:
+            _membership_record("created", membership, {"role": [None, membership.role]})
+        for membership, _fields in formset.changed_objects:
+            if changed.get(membership.pk):
+                _membership_record("changed", membership, changed[membership.pk])
+
+    # What makes an account more (or less) powerful: recorded in each of the user's tenants.
+    audited_fields = ("username", "is_active", "is_staff", "is_superuser", "groups", "user_permissions")
+
+    def save_model(self, request, obj, form, change):
+        obj._audit_user_changes = {
+            name: [_shown(form.initial.get(name)), _shown(form.cleaned_data.get(name))]
+            for name in form.changed_data
+            if name in self.audited_fields
+        }
+        super().save_model(request, obj, form, change)
+
+    def log_change(self, request, obj, message):
+        entry = super().log_change(request, obj, message)
+        changes = getattr(obj, "_audit_user_changes", None)
+        if changes is None and request.path.rstrip("/").endswith("/password"):
+            changes = {"password": "changed"}
+        if changes:
+            _user_record(obj, "user.changed", changes)
+        return entry
+
+    def log_deletions(self, request, queryset):
+        # A deleted user's memberships (and their tokens) go with them.
+        for user in queryset:
+            with rls_bypass():  # a user's memberships span tenants
+                memberships = list(Membership.objects.filter(user=user).select_related("tenant", "user"))
+            for membership in memberships:
+                _membership_record("deleted", membership, {**_membership_removed(membership), "user_deleted": True})
+        return super().log_deletions(request, queryset)
+
+
+def _shown(value):
+    """A user form's value as the audit log keeps it (querysets of groups or permissions as names)."""
+    if hasattr(value, "values_list"):
+        return sorted(str(item) for item in value)
+    if isinstance(value, list | tuple | set):
+        return sorted(str(item) for item in value)
+    return value
+
+
+def _user_record(user, action: str, changes: dict) -> None:
+    """Record a change of ``user``'s account in each tenant they belong to (none: installation-wide)."""
+    with rls_bypass():  # a user's memberships span tenants
+        tenants = list(Membership.objects.filter(user=user).values_list("tenant_id", flat=True)) or [None]
+    for tenant_id in tenants:
+        audit_record(action=action, tenant=tenant_id, obj=user, object_type="user", changes=changes)
+
+
+def _membership_record(verb: str, membership: Membership, changes: dict) -> None:
+    audit_record(action=_membership_action(verb, changes), tenant=membership.tenant_id, obj=membership, changes=changes)
+
 
 User = get_user_model()
 if admin.site.is_registered(User):
@@ -262,11 +447,96 @@ admin.site.register(User, UserWithMembershipsAdmin)
 
 
 @admin.register(MembershipToken)
-class MembershipTokenAdmin(TenantScopedAdmin):
+class MembershipTokenAdmin(AuditedAdminMixin, TenantScopedAdmin):
+    """Membership tokens: listed, renamed and revoked (deleted) here; made with
+    ``manage.py membershiptoken`` (the key is shown once). Revoking is recorded in the audit log."""
+
     list_display = ["prefix", "name", "membership", "created_at", "last_used_at"]
     list_select_related = ["membership__user", "membership__tenant"]
     search_fields = ["name", "prefix", "membership__user__username"]
     readonly_fields = ["membership", "prefix", "created_at", "last_used_at"]
+    audit_actions = {"changed": "token.changed", "deleted": "token.revoked"}
+
+    def audit_tenants(self, obj):
+        return [obj.membership.tenant_id]
+
+    def audit_deleted(self, obj):
+        return {"user": obj.membership.user.get_username(), "name": obj.name}
 
     def has_add_permission(self, request):
+        return False
+
+
+# A user's plain DRF token (rest_framework.authtoken, for superusers): created and revoked here,
+# recorded in each tenant the user belongs to. The log never holds the key (the token's ``str``).
+admin.site.unregister(TokenProxy)
+
+
+@admin.register(TokenProxy)
+class AuditedTokenAdmin(AuditedAdminMixin, TokenAdmin):
+    audit_actions = {"created": "token.created", "deleted": "token.revoked"}
+    audit_object_type = "token"
+
+    def audit_tenants(self, obj):
+        with rls_bypass():  # a user's memberships span tenants
+            tenant_ids = list(Membership.objects.filter(user_id=obj.user_id).values_list("tenant_id", flat=True))
+        return tenant_ids or [None]
+
+    def audit_repr(self, obj):
+        return f"API token of {obj.user}"
+
+    def audit_deleted(self, obj):
+        return {"user": obj.user.get_username()}
+
+
+# --- The audit log (core.audit) ----------------------------------------------------------------
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(TenantScopedAdmin):
+    """The tenant's audit log, read-only for everyone (the database refuses edits anyway): tenant
+    admins (owners and admins with the view permission) read their tenant's events, superusers
+    every tenant's, including sign-in failures of unknown usernames (no tenant)."""
+
+    list_display = ["created_at", "actor_label", "action", "object_type", "object_repr", "client_ip", "tenant"]
+    list_filter = ["tenant", "action", "object_type"]
+    search_fields = ["actor_label", "action", "object_type", "object_id", "object_repr"]
+    date_hierarchy = "created_at"
+    ordering = ["-created_at", "-id"]
+    fields = [
+        "created_at",
+        "tenant",
+        "actor",
+        "actor_label",
+        "client_ip",
+        "action",
+        "object_type",
+        "object_id",
+        "object_repr",
+        "changes",
+    ]
+    readonly_fields = fields
+
+    def get_list_display(self, request):
+        shown = super().get_list_display(request)
+        return shown if admin_tenant(request) is UNSCOPED else [name for name in shown if name != "tenant"]
+
+    def has_view_permission(self, request, obj=None):
+        if not super().has_view_permission(request, obj):
+            return False
+        tenant = admin_tenant(request)
+        if tenant is UNSCOPED:
+            return True
+        return tenant is not None and any(
+            m.tenant_id == tenant.pk and m.role in (Membership.Role.OWNER, Membership.Role.ADMIN)
+            for m in membership_list(user=request.user)
+        )
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
         return False

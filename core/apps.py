@@ -7,3 +7,8 @@ class CoreConfig(AppConfig):
     name = "core"
     label = "core"
     verbose_name = "Tenancy"
+
+    def ready(self):
+        from core.audit import audit_connect
+
+        audit_connect()  # sign-ins and failed sign-ins in the audit log

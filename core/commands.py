@@ -1,19 +1,23 @@
-"""Shared pieces of the management commands: tenant lookup and domain errors as CLI errors."""
+"""Shared pieces of the management commands: tenant lookup, domain errors as CLI errors, and the
+operator as the actor of what they record in the audit log."""
 
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
+from core.audit import OPERATOR_CLI, audit_actor
 from core.errors import ApplicationError
 from core.models import Membership, Tenant
 
 
 class TenantCommand(BaseCommand):
-    """A command whose ``ApplicationError`` becomes ``CommandError`` (message, non-zero exit)."""
+    """A command whose ``ApplicationError`` becomes ``CommandError`` (message, non-zero exit), and
+    whose audited actions are recorded as the operator's (``core.audit.OPERATOR_CLI``)."""
 
     def execute(self, *args, **options):
         try:
-            return super().execute(*args, **options)
+            with audit_actor(OPERATOR_CLI):
+                return super().execute(*args, **options)
         except ApplicationError as exc:
             raise CommandError(exc.message) from exc
 

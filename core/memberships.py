@@ -23,7 +23,8 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
-from core.errors import InvalidInput, PermissionDenied
+from core.audit import audit_fields_diff, audit_record
+from core.errors import InvalidInput, NotFound, PermissionDenied
 from core.models import Membership, MembershipToken, Tenant
 from core.rls import rls_bypass, rls_request_bind
 from core.tokens import token_digest
@@ -131,14 +132,79 @@ def membership_choose(request, *, slug: str) -> Membership:
     return membership
 
 
+def membership_save(*, tenant: Tenant, user, role: str) -> Membership:
+    """Give ``user`` the ``role`` in ``tenant``: a new membership, or the existing one's role
+    changed. Recorded in the audit log (``membership.created``, ``membership.role_changed``;
+    nothing when the role is already that). ``InvalidInput`` for an unknown role."""
+    if role not in Membership.Role.values:
+        raise InvalidInput(f"Unknown role {role!r}; use one of {', '.join(Membership.Role.values)}.")
+    with transaction.atomic():
+        membership = Membership.objects.select_for_update().filter(tenant=tenant, user=user).first()
+        if membership is None:
+            membership = Membership.objects.create(tenant=tenant, user=user, role=role)
+            audit_record(action="membership.created", tenant=tenant, obj=membership, changes={"role": [None, role]})
+        elif membership.role != role:
+            before = membership.role
+            membership.role = role
+            membership.save(update_fields=["role"])
+            changes = audit_fields_diff({"role": before}, {"role": role}, ["role"])
+            audit_record(action="membership.role_changed", tenant=tenant, obj=membership, changes=changes)
+    return membership
+
+
+def membership_remove(*, tenant: Tenant, membership_id: int) -> None:
+    """Remove one of ``tenant``'s memberships, with its API tokens; recorded
+    (``membership.removed``, with the role and the number of tokens revoked). ``NotFound`` if it
+    is not the tenant's."""
+    with transaction.atomic():
+        membership = Membership.objects.for_tenant(tenant).select_related("user", "tenant").filter(pk=membership_id)
+        membership = membership.first()
+        if membership is None:
+            raise NotFound(f"Membership {membership_id} not found.")
+        audit_record(
+            action="membership.removed",
+            tenant=tenant,
+            obj=membership,
+            changes={"role": [membership.role, None], "tokens_revoked": membership.tokens.count()},
+        )
+        membership.delete()
+
+
 def membership_token_create(*, membership: Membership, name: str = "") -> tuple[MembershipToken, str]:
     """A new API token of ``membership``; returns the row and its key (shown once: only the key's
-    SHA-256 digest is stored). ``InvalidInput`` for a name over 100 characters."""
+    SHA-256 digest is stored, and the log names the token by its prefix). Recorded
+    (``token.created``). ``InvalidInput`` for a name over 100 characters."""
     if len(name) > 100:
         raise InvalidInput("A token name has at most 100 characters.")
     key = MembershipToken.new_key()
-    token = MembershipToken.objects.create(membership=membership, name=name, digest=token_digest(key), prefix=key[:12])
+    with transaction.atomic():
+        token = MembershipToken.objects.create(
+            membership=membership, name=name, digest=token_digest(key), prefix=key[:12]
+        )
+        audit_record(
+            action="token.created",
+            tenant=membership.tenant_id,
+            obj=token,
+            changes={"user": membership.user.get_username(), "name": name},
+        )
     return token, key
+
+
+def membership_token_revoke(*, tenant: Tenant, token_id: int) -> None:
+    """Revoke (delete) one of ``tenant``'s membership tokens: requests with its key fail from now
+    on. Recorded (``token.revoked``). ``NotFound`` if it is not the tenant's."""
+    with transaction.atomic():
+        token = MembershipToken.objects.for_tenant(tenant).select_related("membership__user", "membership__tenant")
+        token = token.filter(pk=token_id).first()
+        if token is None:
+            raise NotFound(f"Token {token_id} not found.")
+        audit_record(
+            action="token.revoked",
+            tenant=tenant,
+            obj=token,
+            changes={"user": token.membership.user.get_username(), "name": token.name},
+        )
+        token.delete()
 
 
 def membership_token_authenticate(key: str) -> MembershipToken | None:

@@ -121,3 +121,68 @@ class MembershipToken(models.Model):
     def new_key(cls) -> str:
         """A fresh random key: ``kbm_`` and 40 hex digits (160 bits)."""
         return token_key_new()
+
+
+class TenantQuota(models.Model):
+    """The operator's limits for one tenant (``core.quotas``): each ``max_*`` left empty falls back
+    to the installation's default (``KB_QUOTA_*``; unset there = unlimited). Only operators (the
+    superuser, ``manage.py quota``) change it; tenant admins read their usage against it."""
+
+    tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="quota")
+    max_documents = models.PositiveBigIntegerField(null=True, blank=True, help_text="Live documents.")
+    max_stored_bytes = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Bytes (UTF-8) of the stored text of every kept version."
+    )
+    max_chunks = models.PositiveBigIntegerField(null=True, blank=True, help_text="Searchable chunks.")
+    max_sources = models.PositiveIntegerField(null=True, blank=True, help_text="Sources of any kind.")
+    max_syncs_per_day = models.PositiveIntegerField(null=True, blank=True, help_text="Sync runs in 24 hours.")
+    max_llm_tokens_per_day = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="LLM tokens (prompt + completion) in 24 hours."
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = TenantScopedQuerySet.as_manager()
+
+    def __str__(self) -> str:
+        return f"quota of {self.tenant}"
+
+
+class AuditEvent(models.Model):
+    """One security-relevant action (``core.audit``): who (``actor``, ``actor_label``), in which
+    tenant, from which client address, on what object, what changed.
+
+    Append-only: a database trigger refuses every UPDATE and DELETE of its rows (migration
+    ``core.0004``), and the app role may only insert and read them. Tenant and actor are kept as
+    plain ids (no foreign-key constraint), so the log outlives a deleted user or tenant.
+    """
+
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.DO_NOTHING, db_constraint=False, null=True, blank=True, related_name="+"
+    )
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    actor_label = models.CharField(max_length=200, help_text="The username, or 'operator (CLI)', 'system'.")
+    action = models.CharField(max_length=64, help_text="e.g. source.created, signin.failed, token.revoked.")
+    object_type = models.CharField(max_length=64, blank=True)
+    object_id = models.CharField(max_length=64, blank=True)
+    object_repr = models.CharField(max_length=300, blank=True)
+    changes = models.JSONField(default=dict, blank=True, help_text='{"field": [before, after]} or details.')
+    client_ip = models.GenericIPAddressField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = TenantScopedQuerySet.as_manager()
+
+    class Meta:
+        indexes = [
+            # GET /api/v1/audit/ and the admin's changelist: a tenant's events, newest first.
+            models.Index(fields=["tenant", "-created_at"], name="auditevent_tenant_time"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.actor_label} {self.action} {self.object_repr}"

@@ -10,6 +10,7 @@ from django.db import transaction
 
 from core.embedder_keys import EMBEDDER_FORMS, embedder_key_valid
 from core.errors import InvalidInput
+from core.memberships import membership_save
 from core.models import Membership, Tenant
 
 
@@ -29,7 +30,8 @@ def tenant_create(*, slug: str, name: str = "", embedder: str | None = None) -> 
 
 def membership_create(*, tenant: Tenant, username: str, password: str, role: str, staff: bool = False):
     """Create (or update) a user with a role in ``tenant``. Returns the user. An existing user
-    keeps their memberships in other tenants (one membership per tenant). ``InvalidInput`` for an
+    keeps their memberships in other tenants (one membership per tenant). The membership is
+    recorded in the audit log (``core.memberships.membership_save``). ``InvalidInput`` for an
     unknown role."""
     if role not in Membership.Role.values:
         raise InvalidInput(f"Unknown role {role!r}; use one of {', '.join(Membership.Role.values)}.")
@@ -39,5 +41,5 @@ def membership_create(*, tenant: Tenant, username: str, password: str, role: str
         user.set_password(password)
         user.is_staff = staff
         user.save()
-        Membership.objects.update_or_create(user=user, tenant=tenant, defaults={"role": role})
+        membership_save(tenant=tenant, user=user, role=role)
     return user

@@ -21,6 +21,7 @@ from django.contrib.auth.models import Permission
 from core.errors import ApplicationError
 from core.models import Tenant
 from core.services import membership_create, tenant_create
+from knowledge.folder_grants import folder_grant_add
 from knowledge.models import Source, SyncRun
 from knowledge.services.sources import source_create, source_update
 from knowledge.services.sync import source_sync
@@ -138,11 +139,13 @@ def demo_sources_sync(
 ) -> dict[str, SyncRun]:
     """Create (or bring up to date) the demo's five folder sources over ``docs`` and sync each.
 
-    A source from an older demo (filled by ``manage.py ingest``) becomes a folder source in
-    place, keeping its documents. ``on_source(name, run)`` is called after each sync, in order.
+    The demo runs as the operator: it grants ``docs`` to the tenant first (a folder source may only
+    read a granted folder). A source from an older demo (filled by ``manage.py ingest``) becomes a
+    folder source in place, keeping its documents. ``on_source(name, run)`` is called after each sync, in order.
     Returns the runs by source name; ``ApplicationError`` when a sync failed.
     """
     runs: dict[str, SyncRun] = {}
+    folder_grant_add(tenant=tenant, path=docs, granted_by="manage.py demo")
     for spec in SOURCES:
         source = Source.objects.for_tenant(tenant).filter(name=spec.name).first()
         if source is None:

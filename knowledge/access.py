@@ -27,6 +27,7 @@ from django.db import connection, transaction
 from django.db.models import Count, Q, QuerySet
 from psycopg import sql
 
+from core.audit import audit_fields_diff, audit_record
 from core.errors import InvalidInput, NotFound, PermissionDenied
 from core.models import Membership, Tenant
 from knowledge.models import AccessGroup, AccessRule, Document, Source
@@ -190,7 +191,9 @@ def _tenant_members(tenant: Tenant, users) -> list:
 def access_group_save(*, tenant: Tenant, name: str, members=(), group: AccessGroup | None = None) -> AccessGroup:
     """Create (or, given ``group``, rename and re-staff) a group of ``tenant`` with ``members`` (users).
 
-    ``InvalidInput`` if a member does not belong to the tenant, the name is empty or taken.
+    Recorded in the audit log (``access_group.created``, ``access_group.changed`` with the name
+    and members before and after). ``InvalidInput`` if a member does not belong to the tenant,
+    the name is empty or taken.
     """
     name = (name or "").strip()
     if not name:
@@ -200,13 +203,19 @@ def access_group_save(*, tenant: Tenant, name: str, members=(), group: AccessGro
         raise InvalidInput(f"{tenant.slug} already has a group {name!r}.", code="duplicate_group")
     with transaction.atomic():
         if group is None:
+            before = {"name": None, "members": []}
             group = AccessGroup.objects.create(tenant=tenant, name=name)
         else:
             if group.tenant_id != tenant.pk:
                 raise NotFound("No such group.")
+            before = {"name": group.name, "members": list(group.members.all())}
             group.name = name
             group.save(update_fields=["name"])
         group.members.set(members)
+        changes = audit_fields_diff(before, {"name": name, "members": members}, ["name", "members"])
+        if changes:
+            action = "access_group.created" if before["name"] is None else "access_group.changed"
+            audit_record(action=action, tenant=tenant, obj=group, changes=changes)
     return group
 
 
@@ -227,18 +236,36 @@ def access_rule_grant(*, tenant: Tenant, source=None, document=None, group=None,
     """Restrict ``source`` or ``document`` to (also) ``group`` or ``user``; the rule (existing or new).
 
     The first rule on a public source or document makes it restricted. Takes effect on the next
-    query. ``InvalidInput`` as ``access_rule_check``.
+    query. A new rule is recorded in the audit log (``access_rule.created``). ``InvalidInput`` as
+    ``access_rule_check``.
     """
     access_rule_check(tenant=tenant, source=source, document=document, group=group, user=user)
-    rule, _ = AccessRule.objects.get_or_create(tenant=tenant, source=source, document=document, group=group, user=user)
+    with transaction.atomic():
+        rule, created = AccessRule.objects.get_or_create(
+            tenant=tenant, source=source, document=document, group=group, user=user
+        )
+        if created:
+            audit_record(action="access_rule.created", tenant=tenant, obj=rule, changes=_rule_fields(rule))
     return rule
 
 
 def access_rule_revoke(*, tenant: Tenant, rule_id: int) -> None:
-    """Delete one of the tenant's rules (removing the last rule of a target makes it public again)."""
-    deleted, _ = AccessRule.objects.for_tenant(tenant).filter(pk=rule_id).delete()
-    if not deleted:
-        raise NotFound(f"Access rule {rule_id} not found.")
+    """Delete one of the tenant's rules (removing the last rule of a target makes it public
+    again). Recorded in the audit log. ``NotFound`` if it is not the tenant's."""
+    with transaction.atomic():
+        rule = AccessRule.objects.for_tenant(tenant).select_related("source", "document", "group", "user")
+        rule = rule.filter(pk=rule_id).first()
+        if rule is None:
+            raise NotFound(f"Access rule {rule_id} not found.")
+        audit_record(action="access_rule.deleted", tenant=tenant, obj=rule, changes=_rule_fields(rule, deleted=True))
+        rule.delete()
+
+
+def _rule_fields(rule: AccessRule, *, deleted: bool = False) -> dict:
+    """A rule's target and grantee for the audit log: ``{"source": [None, "handbook"], ...}``."""
+    fields = {name: getattr(rule, name) for name in ("source", "document", "group", "user")}
+    empty = dict.fromkeys(fields)
+    return audit_fields_diff(fields, empty, fields) if deleted else audit_fields_diff(empty, fields, fields)
 
 
 def user_for_name(username: str):

@@ -23,7 +23,8 @@ from django.db.models import Count
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
-from core.admin import ReadOnlyAdminMixin, TenantScopedAdmin, TenantScopedForm
+from core.admin import AuditedAdminMixin, ReadOnlyAdminMixin, TenantScopedAdmin, TenantScopedForm
+from core.audit import audit_shown
 from core.errors import ApplicationError
 from core.models import Membership
 from knowledge import admin_sources  # noqa: F401  (registers the source and sync run admins)
@@ -258,10 +259,16 @@ class AccessGroupForm(TenantScopedForm):
 
 
 @admin.register(AccessGroup)
-class AccessGroupAdmin(TenantScopedAdmin):
-    """A tenant admin's groups: named sets of the tenant's members, granted restricted sources and documents."""
+class AccessGroupAdmin(AuditedAdminMixin, TenantScopedAdmin):
+    """A tenant admin's groups: named sets of the tenant's members, granted restricted sources and
+    documents. Additions, changes (name, members) and deletions are recorded in the audit log."""
 
     form = AccessGroupForm
+    audit_actions = {
+        "created": "access_group.created",
+        "changed": "access_group.changed",
+        "deleted": "access_group.deleted",
+    }
     list_display = ["name", "tenant", "member_count", "created_at"]
     list_filter = ["tenant"]
     list_select_related = ["tenant"]
@@ -274,6 +281,9 @@ class AccessGroupAdmin(TenantScopedAdmin):
     @admin.display(description="members", ordering="member_count")
     def member_count(self, obj):
         return obj.member_count
+
+    def audit_deleted(self, obj):
+        return {"name": [obj.name, None], "members": [audit_shown(obj.members.all()), None], "rules": obj.rules.count()}
 
 
 class AccessRuleForm(TenantScopedForm):
@@ -289,12 +299,25 @@ class AccessRuleForm(TenantScopedForm):
 
 
 @admin.register(AccessRule)
-class AccessRuleAdmin(TenantScopedAdmin):
+class AccessRuleAdmin(AuditedAdminMixin, TenantScopedAdmin):
     """Who may see a restricted source or document. Without a rule, a source or document is public
-    to its tenant; changes apply to the next query."""
+    to its tenant; changes apply to the next query. Additions, changes and deletions are recorded
+    in the audit log."""
 
     form = AccessRuleForm
+    audit_actions = {
+        "created": "access_rule.created",
+        "changed": "access_rule.changed",
+        "deleted": "access_rule.deleted",
+    }
     list_display = ["__str__", "tenant", "source", "document", "group", "user", "created_at"]
     list_filter = ["tenant", ("source", admin.RelatedOnlyFieldListFilter), ("group", admin.RelatedOnlyFieldListFilter)]
     list_select_related = ["tenant", "source", "document", "group", "user"]
     search_fields = ["document__title", "source__name", "group__name", "user__username"]
+
+    def audit_deleted(self, obj):
+        return {
+            name: [audit_shown(getattr(obj, name)), None]
+            for name in ("source", "document", "group", "user")
+            if getattr(obj, f"{name}_id") is not None
+        }

@@ -26,8 +26,11 @@ from django.http import HttpResponseRedirect
 from django.utils.html import format_html, format_html_join
 
 from core.admin import UNSCOPED, ReadOnlyAdminMixin, TenantScopedAdmin, TenantScopedForm, admin_tenant
-from core.errors import InvalidInput
-from knowledge.models import Source, SyncRun
+from core.errors import ApplicationError, InvalidInput
+from core.quotas import QuotaExceeded
+from knowledge.folder_grants import folder_grant_add, folder_grant_remove
+from knowledge.models import FolderGrant, Source, SyncRun
+from knowledge.quotas import quota_check
 from knowledge.services.sources import duration_parse, source_check
 from knowledge.services.sync import sync_run_request
 from knowledge.services.versions import versions_prune
@@ -83,7 +86,15 @@ class DurationTextField(forms.CharField):
 # --- The source form -----------------------------------------------------------------------------
 
 # The field an error of ``source_check`` is about, by its code (else the first field its message names).
-_ERROR_FIELDS = {"location_required": "location", "invalid_location": "location", "invalid_sync_every": "sync_every"}
+_ERROR_FIELDS = {
+    "location_required": "location",
+    "invalid_location": "location",
+    "location_not_allowed": "location",
+    "address_not_allowed": "location",
+    "invalid_sync_every": "sync_every",
+    "invalid_page_limit": "page_limit",
+    "invalid_crawl_delay": "crawl_delay_s",
+}
 
 
 class SourceForm(TenantScopedForm):
@@ -127,8 +138,13 @@ class SourceForm(TenantScopedForm):
         candidate = construct_instance(self, copy.copy(self.instance))
         try:
             source_check(candidate)
+            if self.instance.pk is None:
+                quota_check(tenant=candidate.tenant, sources=1)
         except InvalidInput as exc:
             self.add_error(self._error_field(exc), exc.message)
+            return cleaned
+        except QuotaExceeded as exc:
+            self.add_error(None, exc.message)
             return cleaned
         for name in ("location", "include", "exclude", "sync_every"):  # as the check normalized them
             if name in cleaned:
@@ -353,7 +369,7 @@ class SourceAdmin(TenantScopedAdmin):
     def _sync(self, request, source: Source) -> None:
         try:
             run = sync_run_request(source=source)
-        except InvalidInput as exc:
+        except ApplicationError as exc:  # not synced, or over the syncs-per-day quota
             self.message_user(request, exc.message, messages.ERROR)
             return
         level = {SyncRun.Status.DONE: messages.SUCCESS, SyncRun.Status.FAILED: messages.ERROR}
@@ -374,3 +390,70 @@ class SourceAdmin(TenantScopedAdmin):
         if "_sync_now" in request.POST:
             return HttpResponseRedirect(request.path)  # back to the page, whose runs show the new one
         return response
+
+
+# --- Folder grants (operators only) ----------------------------------------------------------------
+
+
+class FolderGrantForm(forms.ModelForm):
+    """A grant's folder, checked and resolved by ``folder_grant_add`` (never the data directory)."""
+
+    class Meta:
+        model = FolderGrant
+        fields = ["tenant", "path"]
+
+    def clean(self):
+        cleaned = super().clean()
+        path, tenant = cleaned.get("path"), cleaned.get("tenant")
+        if path and tenant:
+            from knowledge.folder_grants import path_in_data_dir, path_real
+
+            try:
+                real = path_real(path)
+            except InvalidInput as exc:
+                self.add_error("path", exc.message)
+                return cleaned
+            if path_in_data_dir(real):
+                self.add_error("path", "The data directory (or a folder holding it) can never be granted.")
+            elif not real.is_dir():
+                self.add_error("path", f"{real}: no such folder.")
+            else:
+                cleaned["path"] = str(real)
+        return cleaned
+
+
+@admin.register(FolderGrant)
+class FolderGrantAdmin(admin.ModelAdmin):
+    """The folders each tenant's folder and local git sources may read. Only superusers (the
+    operator) see, add or revoke grants; a tenant admin has no way to grant themselves a folder."""
+
+    form = FolderGrantForm
+    list_display = ["tenant", "path", "granted_by", "created_at"]
+    list_filter = ["tenant"]
+    search_fields = ["path", "tenant__slug"]
+
+    def has_module_permission(self, request):
+        return request.user.is_active and request.user.is_superuser
+
+    def has_view_permission(self, request, obj=None):
+        return request.user.is_active and request.user.is_superuser
+
+    def has_add_permission(self, request):
+        return request.user.is_active and request.user.is_superuser
+
+    def has_change_permission(self, request, obj=None):
+        return False  # a grant is added or revoked, never moved
+
+    def has_delete_permission(self, request, obj=None):
+        return request.user.is_active and request.user.is_superuser
+
+    def save_model(self, request, obj, form, change):
+        grant, _created = folder_grant_add(tenant=obj.tenant, path=obj.path, granted_by=request.user.get_username())
+        obj.pk = grant.pk
+
+    def delete_model(self, request, obj):
+        folder_grant_remove(tenant=obj.tenant, path=obj.path)
+
+    def delete_queryset(self, request, queryset):
+        for grant in queryset.select_related("tenant"):
+            folder_grant_remove(tenant=grant.tenant, path=grant.path)

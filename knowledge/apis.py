@@ -24,6 +24,7 @@ from core.api import ERRORS, BoundedLimitOffsetPagination, ErrorSerializer
 from core.errors import PermissionDenied
 from core.memberships import membership_for_request, tenant_for_request
 from core.models import Membership
+from core.uploads import upload_refusal_raise
 from knowledge.ingestion.readers import SUPPORTED_EXTENSIONS
 from knowledge.models import IngestionJob
 from knowledge.selectors import (
@@ -72,7 +73,11 @@ class JobOutputSerializer(serializers.Serializer):
 
 
 class DocumentListApi(APIView):
-    """List the tenant's documents, or upload a file to ingest (admins and editors)."""
+    """List the tenant's documents, or upload a file to ingest (admins and editors).
+
+    An upload is refused while it streams in past ``KB_MAX_UPLOAD_MB`` (413), checked cheaply here
+    (``upload_ingest``) and parsed by its job: a 202 with the job, which may end ``failed``.
+    """
 
     pagination_class = BoundedLimitOffsetPagination
     parser_classes = [MultiPartParser, FormParser]
@@ -127,7 +132,9 @@ class DocumentListApi(APIView):
     )
     def post(self, request):
         membership = _editor_membership(request)
-        serializer = self.InputSerializer(data=request.data)
+        body = request.data  # the upload limits stop the body while it streams in (core.uploads)
+        upload_refusal_raise(request)  # 413 over the limit, before any field is looked at
+        serializer = self.InputSerializer(data=body)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         upload = data["file"]

@@ -33,6 +33,7 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from core.errors import ApplicationError, NotFound, PermissionDenied
 from core.memberships import membership_choose, membership_for_request, tenant_for_request
+from core.uploads import upload_refusal
 from knowledge.models import IngestionJob
 from knowledge.selectors import (
     chunk_list_for_version,
@@ -51,6 +52,7 @@ from people.models import Profile
 from people.selectors import conversation_get, conversation_list
 from people.services import profile_get, profile_update
 from retrieval.pipeline import PIPELINE_NAMES
+from retrieval.quotas import USAGE_ROLES, QuotaUsage, quota_usage
 from retrieval.stages.generate.citations import sentence_spans
 from retrieval.streaming import CONTENT_TYPE, HEADERS, answer_events
 
@@ -513,8 +515,9 @@ def sources(request, tenant):
     the synced ones, their last sync. Editors and above also get the upload form; a POST uploads
     its files (``knowledge.services.upload_batches``, one job per file) and redirects to
     ``?jobs=<ids>``, which lists those jobs (``upload_jobs`` refreshes the list while they run).
-    A file refused is reported by name with the reason (the others still upload); a POST from a
-    lesser role is a 403 page."""
+    A file refused is reported by name with the reason (the others still upload), except a file over
+    the size limit, which stops the whole submission while it streams in (nothing of it is stored);
+    a POST from a lesser role is a 403 page. Owners and admins also see the tenant's usage against its quotas."""
     can_upload = membership_for_request(request, pick_first=True).can_edit
     if request.method == "POST" and not can_upload:
         message = "Only editors, admins and owners may upload documents."
@@ -531,15 +534,30 @@ def sources(request, tenant):
         "tenant": tenant,
         "sources": source_overview_with_last_sync(tenant=tenant, user=request.user),
         "upload_form": upload_form,
+        "usage": _usage_rows(request, tenant),
         **_jobs_context(tenant, request.user, _job_ids(request.GET.get("jobs", ""))),
     }
     return render(request, "portal/sources.html", context, status=400 if request.method == "POST" else 200)
 
 
+def _usage_rows(request, tenant) -> list[QuotaUsage] | None:
+    """The tenant's usage against each quota (``retrieval.quotas``) for its owners and admins (the
+    table ``portal/_usage.html``); ``None`` for other roles."""
+    if membership_for_request(request, pick_first=True).role not in USAGE_ROLES:
+        return None
+    return list(quota_usage(tenant=tenant).values())
+
+
 def _upload(request, tenant, form: UploadForm) -> list[int]:
     """Upload the request's files as ``form`` says; the ids of the jobs made. Each refused file
     becomes an error message (``django.contrib.messages``, shown after the redirect); a refusal
-    of the whole submission is the form's error."""
+    of the whole submission is the form's error. A submission over the upload limits was stopped
+    while it streamed in (``core.uploads``): its later files and fields were never read, so none
+    of it is uploaded and the form says why."""
+    refusal = upload_refusal(request)
+    if refusal is not None:
+        form.add_error(None, f"{refusal.message} Nothing was uploaded.")
+        return []
     if not form.is_valid():
         return []
     try:

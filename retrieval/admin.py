@@ -15,6 +15,7 @@ from django.utils.html import format_html
 from django.utils.text import Truncator
 
 from core.admin import TenantScopedAdmin
+from retrieval import admin_quotas  # noqa: F401  (registers the tenants' quota admin, superusers only)
 from retrieval.models import Trace, TraceStep
 
 

@@ -47,6 +47,7 @@ from knowledge.access import access_scope_get
 from llm import Usage, configured_llm
 from retrieval.config import MAX_QUERY_CHARS, MODES, SearchConfig
 from retrieval.filters import RetrievalFilter
+from retrieval.quotas import llm_quota_error, llm_quota_get
 from retrieval.schema import PIPELINE_KEY, PipelineSpec, settings_validate
 from retrieval.stages.adaptive import Adaptive
 from retrieval.stages.base import depth_for, stages_run
@@ -411,10 +412,12 @@ def pipeline_answer(
     the pipeline's) with ``window_size`` neighbours. The answer is the LLM's (``llm``, default the
     configured one) or extractive (no LLM, ``use_llm=False``, or the LLM failed: then
     ``degraded``). A trace is saved after the answer unless ``trace`` is false (default
-    ``KB_TRACING``); ``user`` is recorded on it. ``on_event(event, data)``, when given, is called
-    as the run goes: ``"step"`` after each stage (``{"stage", "ms", "summary", "error"?}``) and
-    ``"token"`` for each piece of a streamed LLM answer (``{"text"}``); the LLM answer is then
-    streamed. ``as_of`` and ``options`` as in ``pipeline_retrieve``. ``InvalidInput`` for bad
+    ``KB_TRACING``, and always for a tenant with an LLM tokens limit); ``user`` is recorded on
+    it. A tenant that used its LLM tokens of the last 24 hours (``retrieval.quotas``) is answered
+    without the LLM, ``degraded`` with a reason starting ``quota_exceeded:``.
+    ``on_event(event, data)``, when given, is called as the run goes: ``"step"`` after each stage
+    (``{"stage", "ms", "summary", "error"?}``) and ``"token"`` for each piece of a streamed LLM
+    answer (``{"text"}``); the LLM answer is then streamed. ``as_of`` and ``options`` as in ``pipeline_retrieve``. ``InvalidInput`` for bad
     arguments.
     """
     started = time.perf_counter()
@@ -425,6 +428,12 @@ def pipeline_answer(
     pack = {"strategy": strategy, "window_size": window_size}
     if any(value is not None for value in pack.values()):
         spec = spec.with_settings(**{key: value for key, value in pack.items() if value is not None})
+    client = _llm_for(llm, use_llm)
+    # The tenant's LLM tokens of the day (retrieval.quotas): over the limit, no LLM for this run.
+    quota = llm_quota_get(tenant=tenant) if client is not None and trace is not False else None
+    over_quota = llm_quota_error(quota) if quota is not None else None
+    if over_quota is not None:
+        client = None
     state = _state_new(
         started=started,
         tenant=tenant,
@@ -433,7 +442,7 @@ def pipeline_answer(
         source_ids=source_ids,
         as_of=as_of,
         options=options,
-        llm=_llm_for(llm, use_llm),
+        llm=client,
         emit=on_event,
         question=question,
         history=history,
@@ -442,6 +451,8 @@ def pipeline_answer(
         answering=True,
         reverse_pack=reverse_pack,
     )
+    if over_quota is not None:
+        state.reasons.append(f"{over_quota.code}: {over_quota.message}")
     state = _run(state)
     answer, search_ms = state.answer, state.search_ms
     total_ms = state.elapsed_ms()
@@ -463,7 +474,8 @@ def pipeline_answer(
         scores=state.scores,
         passages=list(state.passages or []),
     )
-    if settings.KB_TRACING if trace is None else trace:
+    # A tenant with an LLM tokens limit is always traced: its traces are the meter.
+    if (settings.KB_TRACING if trace is None else trace) or quota is not None:
         result.trace_id = _trace_write(tenant=tenant, user=user, result=result)
     return result
 

@@ -292,3 +292,13 @@ class FeedbackFactory(factory.django.DjangoModelFactory):
     tenant = factory.SelfAttribute("trace.tenant")
     user = factory.SelfAttribute("trace.user")
     rating = 1
+
+
+def folder_granted(tenant, path):
+    """Grant ``tenant`` the folder ``path`` (a ``Path``, created if missing) as the operator would
+    (``manage.py folderroots --add``); returns ``path``. A folder source may only read a granted folder."""
+    from knowledge.folder_grants import folder_grant_add
+
+    path.mkdir(parents=True, exist_ok=True)
+    folder_grant_add(tenant=tenant, path=path, granted_by="tests")
+    return path

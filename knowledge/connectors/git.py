@@ -19,28 +19,50 @@ never from a working tree, so uncommitted edits do not count.
   current content. Only the files read in this sync are dated, in one walk of the history from
   the tip that ends as soon as they all are, so a sync with few changes stays cheap.
 * A renamed file is a deleted document at the old path and a new one at the new path.
+
+The tenant boundary (``docs/security.md``), checked at every sync:
+
+* a local path or ``file://`` URL is read only inside a folder the operator granted to the
+  tenant (``knowledge.folder_grants``); the repository's control folder, object store,
+  every link inside the object store and every ``objects/info/alternates`` entry must resolve
+  inside a grant too, so a repository cannot borrow another tenant's objects;
+* ``http(s)://`` remotes connect through ``core.outbound`` (public addresses only, every
+  redirect hop included, no proxy from the environment); ``ssh://``, ``git://`` and
+  ``user@host:path`` remotes are refused (they would use the server's own keys or reach any port);
+* a fetch downloads at most ``KB_GIT_MAX_MB`` and lasts at most ``KB_GIT_TIMEOUT_S`` (each read
+  waits at most ``HTTP_TIMEOUT_S``); past either it stops, and nothing of it is kept;
+* the cache lives in the data directory, which can never be granted.
+
+A fetch that fails says only what a tenant may know: "address not allowed", "could not fetch",
+no repository there (404), or the server wants credentials.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import stat
+import time
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
+from tempfile import SpooledTemporaryFile
 from urllib.parse import urlsplit, urlunsplit
 
 from django.conf import settings
-from dulwich.client import get_transport_and_path
+from dulwich.client import HTTPUnauthorized, get_transport_and_path
 from dulwich.config import ConfigDict, StackedConfig
 from dulwich.diff_tree import tree_changes
 from dulwich.errors import NotGitRepository
 from dulwich.objects import Commit, Tree
 from dulwich.repo import Repo
 
-from core.errors import ApplicationError
+from core.errors import ApplicationError, InvalidInput
+from core.outbound import FETCH_FAILED, NOT_ALLOWED, AddressNotAllowed, FetchLimitExceeded, guarded_pool_manager
 from knowledge.connectors.base import Item, SourceUnreachable, path_selected
+from knowledge.folder_grants import NOT_ALLOWED as LOCATION_NOT_ALLOWED
+from knowledge.folder_grants import folder_location_check
 from knowledge.ingestion.readers import SUPPORTED_EXTENSIONS, read_bytes
 from knowledge.models import Source
 
@@ -102,6 +124,42 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+class _FetchLimit(Exception):
+    """A fetch passed the operator's size or time limit."""
+
+
+def _fetch_limited(client, path, repo: Repo, determine_wants, *, deadline: float):
+    """``client.fetch(path, repo, determine_wants)`` that stops once the pack passes
+    ``KB_GIT_MAX_MB`` or the clock passes ``deadline`` (``time.monotonic()`` seconds), raising
+    ``_FetchLimit`` before anything is added to ``repo``. Returns dulwich's ``FetchPackResult``."""
+    limit = settings.KB_GIT_MAX_MB * 2**20
+    received = 0
+
+    def within_time(*_args) -> None:
+        if time.monotonic() > deadline:
+            raise _FetchLimit(f"the fetch took longer than {settings.KB_GIT_TIMEOUT_S} s")
+
+    def wants(refs, depth=None):
+        within_time()
+        return determine_wants(refs, depth)
+
+    with SpooledTemporaryFile(max_size=16 * 2**20, prefix="incoming-", dir=repo.object_store.path) as pack:
+
+        def pack_data(data: bytes) -> None:
+            nonlocal received
+            received += len(data)
+            if received > limit:
+                raise _FetchLimit(f"the repository is larger than {settings.KB_GIT_MAX_MB} MB")
+            within_time()
+            pack.write(data)
+
+        result = client.fetch_pack(path, wants, repo.get_graph_walker(), pack_data, progress=within_time)
+        if pack.tell():
+            pack.seek(0)
+            repo.object_store.add_thin_pack(pack.read, None)
+    return result
+
+
 def commit_dates(repo: Repo, tip: bytes, wanted: Mapping[bytes, bytes]) -> dict[bytes, datetime]:
     """When each path of ``wanted`` (path -> its blob id at ``tip``) got that content.
 
@@ -158,11 +216,12 @@ class GitConnector:
     def _open(self) -> tuple[Repo, bytes]:
         """The repository (open: the caller closes it) and the commit id to read.
 
-        ``SourceUnreachable`` when the repository is missing, cannot be fetched or lacks the branch.
+        ``SourceUnreachable`` when the location is not allowed (code ``location_not_allowed`` or
+        ``invalid_location``), the repository is missing, cannot be fetched or lacks the branch.
         """
         if location_is_url(self.location):
             return self._fetched()
-        path = Path(self.location).expanduser()
+        path = self._granted(self.location)
         if not path.exists():
             raise SourceUnreachable(f"{self.location}: no such repository (or the workers cannot read it).")
         try:
@@ -172,10 +231,44 @@ class GitConnector:
         except OSError as exc:
             raise SourceUnreachable(f"{self.location}: the repository cannot be read ({_reason(exc)}).") from None
         try:
+            self._repository_check(repo)
             return repo, self._tip(repo)
         except BaseException:
             repo.close()
             raise
+
+    def _granted(self, location: str) -> Path:
+        """The real path of a local ``location`` if a grant of the tenant holds it; ``SourceUnreachable`` otherwise."""
+        try:
+            return folder_location_check(tenant=self.source.tenant_id, location=location)
+        except InvalidInput as exc:
+            raise SourceUnreachable(exc.message, code=LOCATION_NOT_ALLOWED) from None
+
+    def _repository_check(self, repo: Repo, depth: int = 0) -> None:
+        """Refuse a local repository whose control folder, object store, links in the object
+        store or alternates lead outside the tenant's grants (``SourceUnreachable``)."""
+        store = Path(repo.object_store.path)
+        for folder in (Path(repo.controldir()), Path(repo.commondir()), store):
+            self._granted(str(folder))
+        for folder, dirs, files in os.walk(store):
+            for name in (*dirs, *files):
+                entry = Path(folder) / name
+                if entry.is_symlink():
+                    self._granted(str(entry.resolve()))
+        alternates = store / "info" / "alternates"
+        if alternates.exists():
+            if depth >= 3:
+                raise SourceUnreachable(f"{self.location}: alternates nested too deeply.")
+            for line in alternates.read_text(errors="replace").splitlines():
+                line = line.strip()
+                if line and not line.startswith("#"):
+                    target = Path(line) if os.path.isabs(line) else store / line
+                    granted = self._granted(str(target))
+                    try:
+                        with Repo(str(granted.parent)) as other:
+                            self._repository_check(other, depth + 1)
+                    except NotGitRepository:
+                        pass
 
     def _tip(self, repo: Repo) -> bytes:
         """The commit at the tip of the source's branch (or ``HEAD``) in ``repo``.
@@ -217,13 +310,43 @@ class GitConnector:
         folder.mkdir(parents=True, exist_ok=True)
         return Repo.init_bare(str(folder))
 
+    def _client(self, deadline: float):
+        """(dulwich client, path) for the location: a granted ``file://`` repository, or an
+        http(s) remote behind ``core.outbound`` whose responses may read at most ``KB_GIT_MAX_MB``
+        until ``deadline``; ``SourceUnreachable`` for any other kind."""
+        shown = _shown(self.location)
+        scheme = urlsplit(self.location).scheme.lower() if "://" in self.location else "ssh"
+        if scheme == "file":
+            local = self._granted(urlsplit(self.location).path or "/")
+            if local.exists():
+                try:
+                    with Repo(str(local)) as repo:
+                        self._repository_check(repo)
+                except NotGitRepository:
+                    pass
+            pool_manager = None
+        elif scheme in ("http", "https"):
+            pool_manager = guarded_pool_manager(
+                timeout=HTTP_TIMEOUT_S,
+                max_bytes=settings.KB_GIT_MAX_MB * 2**20,
+                deadline=deadline,
+                what="the repository",
+                headers={"User-Agent": "git/dulwich"},
+            )
+        else:
+            raise SourceUnreachable(
+                f"{shown}: {scheme} remotes are not supported; use an https:// URL.", code="invalid_location"
+            )
+        try:
+            return get_transport_and_path(self.location, config=_transport_config(), pool_manager=pool_manager)
+        except ValueError as exc:
+            raise SourceUnreachable(f"{shown}: not a repository URL ({exc}).") from None
+
     def _fetched(self) -> tuple[Repo, bytes]:
         """Fetch the branch (or the remote ``HEAD``) into the cache; (cache repository, tip)."""
         shown = _shown(self.location)
-        try:
-            client, path = get_transport_and_path(self.location, config=_transport_config())
-        except ValueError as exc:
-            raise SourceUnreachable(f"{shown}: not a repository URL ({exc}).") from None
+        deadline = time.monotonic() + settings.KB_GIT_TIMEOUT_S
+        client, path = self._client(deadline)
         try:
             repo = self._cache()
         except OSError as exc:
@@ -241,9 +364,22 @@ class GitConnector:
 
         try:
             try:
-                result = client.fetch(path, repo, determine_wants=determine_wants)
-            except Exception as exc:  # network, protocol, authentication: anything the transport raises
-                raise SourceUnreachable(f"{shown}: the repository could not be fetched ({_reason(exc)}).") from None
+                result = _fetch_limited(client, path, repo, determine_wants, deadline=deadline)
+            except (_FetchLimit, FetchLimitExceeded) as exc:
+                raise SourceUnreachable(f"{shown}: {exc}; nothing of it was kept.") from None
+            except AddressNotAllowed:
+                raise SourceUnreachable(f"{shown}: {NOT_ALLOWED}.", code=AddressNotAllowed.code) from None
+            except NotGitRepository:
+                raise SourceUnreachable(
+                    f"{shown}: the repository could not be fetched (no repository there)."
+                ) from None
+            except HTTPUnauthorized:
+                raise SourceUnreachable(
+                    f"{shown}: the repository could not be fetched (the server asks for credentials).",
+                    code="unauthorized",
+                ) from None
+            except Exception:  # network, protocol: anything the transport raises, told apart no further
+                raise SourceUnreachable(f"{shown}: the repository could not be fetched ({FETCH_FAILED}).") from None
             if "tip" not in found:
                 refs = found.get("refs") or result.refs or {}
                 if self.branch:

@@ -23,7 +23,16 @@ Politeness
     next. A page's ``<meta name="robots">`` is obeyed too: ``noindex``, the page is not stored
     (its document is marked deleted); ``nofollow``, its links are not followed. Requests time
     out after ``TIMEOUT_S`` seconds; redirects are followed (at most ``MAX_REDIRECTS``) only on
-    the same scheme and host; bodies past ``MAX_BYTES`` are refused.
+    the same scheme and host; bodies past ``KB_WEB_MAX_PAGE_MB`` are refused.
+
+The tenant boundary
+    Every connection (pages, sitemaps, ``robots.txt``, each redirect hop) goes through
+    ``core.outbound``: public addresses only, unless the operator opened a range
+    (``KB_FETCH_ALLOWED_NETWORKS``), and the socket opens to the address that was checked. A
+    refused address fails with "address not allowed"; a page that cannot be fetched (refused,
+    reset, silent, no such host) with "could not fetch", so a sync never tells whether a port is
+    open. The operator's limits apply to every sync, also to sources saved before they were set:
+    at most ``KB_WEB_MAX_PAGES`` pages and at least ``KB_WEB_MIN_CRAWL_DELAY_S`` between requests.
 
 Changes
     A page's key and document id are its URL (after redirects); its fingerprint is
@@ -42,8 +51,8 @@ Reading
 
 Failures
     A page answering 404 or 410, redirecting off the host, or not HTML is not yielded (the sync
-    marks its document deleted). A page answering another error status, timing out or refusing
-    the connection fails alone (its document keeps its last good state). When the start page,
+    marks its document deleted). A page answering another error status, or that could not be
+    fetched, fails alone (its document keeps its last good state). When the start page,
     the sitemap (or one it points to) or ``robots.txt`` cannot be fetched, or ``robots.txt``
     forbids the start URL, ``SourceUnreachable`` says why and the sync changes nothing.
 """
@@ -65,8 +74,10 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 from urllib.robotparser import RobotFileParser
 
 import httpx2 as httpx
+from django.conf import settings
 
 from core.errors import InvalidInput
+from core.outbound import FETCH_FAILED, NOT_ALLOWED, AddressNotAllowed, guarded_http_transport
 from knowledge.connectors.base import Item, SourceUnreachable, path_selected
 from knowledge.ingestion.readers import ReadDocument, read_bytes
 from knowledge.models import Source
@@ -77,7 +88,6 @@ BOT_NAME = "KnowledgeBaseBot"
 USER_AGENT = f"{BOT_NAME}/1.0"
 TIMEOUT_S = 20.0
 MAX_REDIRECTS = 5
-MAX_BYTES = 10 * 1024 * 1024
 MAX_SITEMAPS = 50  # sitemaps read from one sitemap index
 MAX_URL_LENGTH = 1000  # a document id has at most 1,000 characters
 
@@ -87,6 +97,11 @@ NOT_PAGES = (
     ".7z .avi .bmp .css .csv .doc .docx .epub .exe .gif .gz .ico .jpeg .jpg .js .json .mov .mp3 .mp4 .odp .ods "
     ".odt .pdf .png .ppt .pptx .rar .svg .tar .tgz .wav .webm .webp .woff .woff2 .xls .xlsx .xml .zip"
 ).split()
+
+
+def max_bytes() -> int:
+    """The largest page, sitemap or ``robots.txt`` read (``KB_WEB_MAX_PAGE_MB``), in bytes."""
+    return int(settings.KB_WEB_MAX_PAGE_MB * 2**20)
 
 
 def url_normalize(url: str) -> str:
@@ -153,7 +168,7 @@ class WebConnector:
     """Reads the web site at ``source.location`` (module docstring).
 
     ``sleep`` (seconds -> None) makes the pauses between requests, ``transport`` replaces the
-    network (httpx transports); both are for tests.
+    network (httpx transports; the default is ``core.outbound``'s guarded one); both are for tests.
     """
 
     def __init__(
@@ -170,7 +185,9 @@ class WebConnector:
         parts = urlsplit(self.start)
         self.origin = f"{parts.scheme}://{parts.netloc}"
         self.prefix = posixpath.dirname(parts.path).rstrip("/") + "/"
-        self.delay = float(source.crawl_delay_s or 0)
+        self.delay = max(float(source.crawl_delay_s or 0), settings.KB_WEB_MIN_CRAWL_DELAY_S)
+        self.page_limit = min(source.page_limit, settings.KB_WEB_MAX_PAGES)
+        self.max_bytes = max_bytes()
         self.robots: RobotFileParser | None = None
         self._client: httpx.Client | None = None
         self._requested = False
@@ -207,21 +224,23 @@ class WebConnector:
                         continue
                     body = b""
                     if response.status_code == 200 and self._wanted(response.headers):
+                        too_large = f"{url}: larger than {self.max_bytes / 2**20:g} MB"
                         length = response.headers.get("content-length", "")
-                        if length.isdigit() and int(length) > MAX_BYTES:
-                            return _Page(url, error=f"{url}: larger than {MAX_BYTES // 2**20} MB")
+                        if length.isdigit() and int(length) > self.max_bytes:
+                            return _Page(url, error=too_large)
                         chunks, size = [], 0
                         for chunk in response.iter_bytes():
                             size += len(chunk)
-                            if size > MAX_BYTES:
-                                return _Page(url, error=f"{url}: larger than {MAX_BYTES // 2**20} MB")
+                            if size > self.max_bytes:
+                                return _Page(url, error=too_large)
                             chunks.append(chunk)
                         body = b"".join(chunks)
                     return _Page(url, response.status_code, response.headers, body)
-            except httpx.TimeoutException:
-                return _Page(url, error=f"{url}: no answer within {TIMEOUT_S:g} s")
-            except (httpx.HTTPError, httpx.InvalidURL, UnicodeError) as exc:
-                return _Page(url, error=f"{url}: could not connect ({_reason(exc)})")
+            except AddressNotAllowed:
+                return _Page(url, error=f"{url}: {NOT_ALLOWED}")
+            except (httpx.HTTPError, httpx.InvalidURL, UnicodeError, OSError):
+                # Refused, reset, silent or unknown host alike: a sync never tells whether a port is open.
+                return _Page(url, error=f"{url}: {FETCH_FAILED}")
         return _Page(url, error=f"{url}: more than {MAX_REDIRECTS} redirects")
 
     @staticmethod
@@ -273,7 +292,8 @@ class WebConnector:
             timeout=TIMEOUT_S,
             follow_redirects=False,
             headers={"User-Agent": USER_AGENT},
-            transport=self.transport,
+            transport=self.transport or guarded_http_transport(),
+            trust_env=False,
         ) as client:
             self._client = client
             self._requested = False
@@ -331,7 +351,7 @@ class WebConnector:
                 urls[url] = None
         seen: set[str] = set()
         listed = list(urls)
-        for url in listed[: self.source.page_limit]:
+        for url in listed[: self.page_limit]:
             page = self._get(url, _validators(known.get(url, "")))
             if page.url in seen:
                 continue
@@ -340,7 +360,7 @@ class WebConnector:
             if item is not None:
                 yield item
         # Past the limit: not asked for, but still listed, so not gone; kept as the last sync left them.
-        for url in listed[self.source.page_limit :]:
+        for url in listed[self.page_limit :]:
             if url in known and url not in seen:
                 seen.add(url)
                 yield Item(url, known[url], unchanged=True)
@@ -366,7 +386,7 @@ class WebConnector:
             if item is not None:
                 yield item
             page = None
-            while queue and requested < self.source.page_limit:
+            while queue and requested < self.page_limit:
                 url = queue.popleft()
                 page = self._get(url)
                 requested += 1
@@ -485,17 +505,6 @@ def _charset(headers: httpx.Headers) -> str | None:
     return None
 
 
-def _reason(exc: Exception) -> str:
-    """A short reason for a failed request (the innermost cause's message)."""
-    for _ in range(10):
-        inner = exc.__cause__ or exc.__context__
-        if inner is None:
-            break
-        exc = inner
-    text = str(exc) or type(exc).__name__
-    return text.split("] ", 1)[-1][:200]
-
-
 def _tree(page: _Page):
     """The page's parsed HTML (lxml), or None when it cannot be parsed."""
     import lxml.html
@@ -555,12 +564,12 @@ def _sitemap_parse(body: bytes) -> tuple[str | None, list[str]]:
     """
     from lxml import etree
 
-    if body[:2] == b"\x1f\x8b":  # a gzipped sitemap (sitemap.xml.gz), unpacked to at most MAX_BYTES
+    if body[:2] == b"\x1f\x8b":  # a gzipped sitemap (sitemap.xml.gz), unpacked to at most max_bytes()
         try:
-            body = gzip.GzipFile(fileobj=io.BytesIO(body)).read(MAX_BYTES + 1)
+            body = gzip.GzipFile(fileobj=io.BytesIO(body)).read(max_bytes() + 1)
         except (OSError, EOFError):
             return None, []
-        if len(body) > MAX_BYTES:
+        if len(body) > max_bytes():
             return None, []
     parser = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=False, recover=False)
     try:

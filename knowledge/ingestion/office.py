@@ -19,6 +19,22 @@ names are not taken for its title.
 
 Damaged, encrypted (password-protected OOXML files are OLE compound files, not zip files) and
 mislabelled files raise ``InvalidInput`` naming the file; no library error gets out.
+
+Caps (``office_check``, run in the web request and again before a library opens the file): the
+zip directory's declared sizes against ``KB_PARSE_MAX_UNPACKED_MB`` (all members together) and
+``KB_PARSE_MAX_RATIO`` (the whole archive, and each member over 1 MiB: small, highly
+compressible parts of real files pass), and at most ``MAX_ZIP_MEMBERS`` members: code
+``archive_bomb``. Python's ``zipfile``, which every library here reads through, stops a member at
+its declared size (and fails its CRC), so a directory that lies about sizes gains nothing. The
+text is counted while the blocks are collected: past ``KB_PARSE_MAX_CHARS`` characters,
+``document_too_large``. The libraries themselves run in the sandbox's child process
+(``knowledge.ingestion.sandbox``).
+
+XML: the libraries never resolve entities. python-docx, python-pptx and ebooklib parse with lxml
+parsers made with ``resolve_entities=False`` (and lxml's default ``huge_tree=False``, no network);
+odfpy parses with ``defusedxml.sax``; openpyxl uses ``defusedxml`` when it is installed (a direct
+requirement). The two XML files read here (an ODF manifest, EPUB's ``encryption.xml``) are parsed
+with ``defusedxml``, at most ``_MAX_XML_READ`` bytes of each.
 """
 
 from __future__ import annotations
@@ -33,7 +49,10 @@ from dataclasses import dataclass
 from datetime import date, datetime, time
 from pathlib import Path
 
+from django.conf import settings
+
 from core.errors import InvalidInput
+from core.uploads import size_text
 from knowledge.ingestion.documents import ReadDocument, locate_sections, normalize_text
 
 logger = logging.getLogger(__name__)
@@ -42,8 +61,22 @@ logger = logging.getLogger(__name__)
 OLE_SIGNATURE = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 # An encrypted OOXML file keeps the package in this stream (its name is UTF-16 in the directory).
 _ENCRYPTED_PACKAGE = "EncryptedPackage".encode("utf-16-le")
-# Zip bombs: refuse a file whose members unpack to more than this.
-MAX_UNPACKED_BYTES = 256 * 2**20
+# A zip's central directory entry starts with this; counted before ``zipfile`` lists the members.
+_ZIP_DIRECTORY_ENTRY = b"PK\x01\x02"
+# Members of one file: real documents have tens to a few thousand (an EPUB's images).
+MAX_ZIP_MEMBERS = 10_000
+# Members this small pass the ratio cap: small, highly compressible parts of real files.
+RATIO_EXEMPT_BYTES = 2**20
+# The most read of an XML file checked here (an ODF manifest, EPUB's encryption.xml).
+_MAX_XML_READ = 4 * 2**20
+# What each reader imports (``readers`` loads them before forking its sandbox).
+OFFICE_READER_MODULES = {
+    ".docx": ("docx",),
+    ".pptx": ("pptx",),
+    ".xlsx": ("openpyxl",),
+    ".odt": ("odf.opendocument", "odf.teletype", "odf.dc"),
+    ".epub": ("ebooklib.epub", "bs4"),
+}
 
 _KINDS = {
     ".docx": "Word document",
@@ -65,6 +98,44 @@ class Block:
     heading: bool = False
 
 
+class _Blocks(list):
+    """The blocks of a document, counting their characters as they come: ``document_too_large``
+    as soon as they pass ``limit`` (``KB_PARSE_MAX_CHARS``)."""
+
+    def __init__(self, *, name: str, limit: int):
+        super().__init__()
+        self.name, self.limit, self.chars = name, limit, 0
+
+    def check(self, pending: int) -> None:
+        """Raise ``document_too_large`` if the blocks so far and ``pending`` more characters pass the limit."""
+        if self.chars + pending > self.limit:
+            raise InvalidInput(
+                f"{self.name}: the file holds more than {self.limit:,} characters of text, the limit; "
+                "split it into smaller files.",
+                code="document_too_large",
+            )
+
+    def _count(self, blocks) -> list[Block]:
+        blocks = list(blocks)
+        added = sum(len(block.text) for block in blocks)
+        self.check(added)
+        self.chars += added
+        return blocks
+
+    def append(self, block: Block) -> None:
+        super().extend(self._count([block]))
+
+    def insert(self, index: int, block: Block) -> None:
+        super().insert(index, *self._count([block]))
+
+    def extend(self, blocks) -> None:
+        super().extend(self._count(blocks))
+
+    def __iadd__(self, blocks):
+        self.extend(blocks)
+        return self
+
+
 def read_office(data: bytes, *, name: str, external_id: str, uri: str) -> ReadDocument:
     """Read a .docx, .pptx, .xlsx, .odt or .epub file ``name`` from ``data``.
 
@@ -72,14 +143,13 @@ def read_office(data: bytes, *, name: str, external_id: str, uri: str) -> ReadDo
     ``InvalidInput`` for an empty, damaged, encrypted or mislabelled file, naming it.
     """
     suffix = Path(name).suffix.lower()
-    if not data:
-        raise InvalidInput(f"{name}: the file is empty.", code="empty_file")
-    _check_container(data, name=name, suffix=suffix)
+    office_check(data, name=name)
     reader = _READERS[suffix]
+    blocks = _Blocks(name=name, limit=settings.KB_PARSE_MAX_CHARS)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # libraries warn about odd but readable files
-            meta_title, first_heading, blocks = reader(data)
+            meta_title, first_heading = reader(data, blocks)
     except InvalidInput:
         raise
     except MemoryError:
@@ -90,6 +160,20 @@ def read_office(data: bytes, *, name: str, external_id: str, uri: str) -> ReadDo
     return _document(
         blocks, meta_title=meta_title, first_heading=first_heading, name=name, external_id=external_id, uri=uri
     )
+
+
+def office_check(data: bytes, *, name: str) -> None:
+    """The checks that need no library, cheap enough for a web request: the file is a zip (not
+    an encrypted or old binary office file), of at most ``MAX_ZIP_MEMBERS`` members, whose declared
+    sizes pass the caps (``KB_PARSE_MAX_UNPACKED_MB``, ``KB_PARSE_MAX_RATIO``), and not encrypted.
+
+    Raises ``InvalidInput`` naming the file: ``empty_file``, ``encrypted_file``,
+    ``invalid_document`` or ``archive_bomb``.
+    """
+    suffix = Path(name).suffix.lower()
+    if not data:
+        raise InvalidInput(f"{name}: the file is empty.", code="empty_file")
+    _check_container(data, name=name, suffix=suffix)
 
 
 def _check_container(data: bytes, *, name: str, suffix: str) -> None:
@@ -104,14 +188,14 @@ def _check_container(data: bytes, *, name: str, suffix: str) -> None:
             f"{name}: an old binary {_OLD_BINARY[suffix]} file, not {suffix}; save it as {suffix}.",
             code="invalid_document",
         )
+    if data.count(_ZIP_DIRECTORY_ENTRY) > MAX_ZIP_MEMBERS:
+        raise InvalidInput(
+            f"{name}: the file holds more than {MAX_ZIP_MEMBERS:,} parts; the file may be built to exhaust the server.",
+            code="archive_bomb",
+        )
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            members = archive.infolist()
-            if sum(member.file_size for member in members) > MAX_UNPACKED_BYTES:
-                raise InvalidInput(
-                    f"{name}: the file unpacks to more than {MAX_UNPACKED_BYTES // 2**20} MiB; split it into smaller files.",
-                    code="invalid_document",
-                )
+            _check_sizes(archive.infolist(), name=name)
             if suffix in (".odt", ".epub") and _odf_or_epub_encrypted(archive, suffix):
                 raise InvalidInput(
                     f"{name}: the file is encrypted (password-protected or DRM); save or export it without protection.",
@@ -123,22 +207,65 @@ def _check_container(data: bytes, *, name: str, suffix: str) -> None:
         raise _invalid(name, suffix) from None
 
 
+def _check_sizes(members: list[zipfile.ZipInfo], *, name: str) -> None:
+    """The declared sizes against the caps: ``archive_bomb`` naming the file and the limit."""
+    max_unpacked_mb, max_ratio = settings.KB_PARSE_MAX_UNPACKED_MB, settings.KB_PARSE_MAX_RATIO
+    unpacked = sum(member.file_size for member in members)
+    packed = sum(member.compress_size for member in members)
+    if unpacked > max_unpacked_mb * 2**20:
+        raise InvalidInput(
+            f"{name}: the file unpacks to {size_text(unpacked)}, more than the limit of "
+            f"{size_text(int(max_unpacked_mb * 2**20))}; split it into smaller files.",
+            code="archive_bomb",
+        )
+    for what, size, compressed in [
+        ("the file", unpacked, packed),
+        *((f"its part {m.filename!r}", m.file_size, m.compress_size) for m in members),
+    ]:
+        if size > RATIO_EXEMPT_BYTES and size > max(compressed, 1) * max_ratio:
+            raise InvalidInput(
+                f"{name}: {what} unpacks to {size // max(compressed, 1):,} times its compressed size "
+                f"({size_text(size)}); the limit is {max_ratio} times. The file may be built to exhaust the server.",
+                code="archive_bomb",
+            )
+
+
 def _invalid(name: str, suffix: str) -> InvalidInput:
     return InvalidInput(
         f"{name}: not a valid {_KINDS[suffix]} (the file is damaged or is not {suffix}).", code="invalid_document"
     )
 
 
+_ODF_MANIFEST_NS = "urn:oasis:names:tc:opendocument:xmlns:manifest:1.0"
+_XMLENC_NS = "http://www.w3.org/2001/04/xmlenc#"
+
+
 def _odf_or_epub_encrypted(archive: zipfile.ZipFile, suffix: str) -> bool:
     """ODF lists encrypted members in its manifest; EPUB DRM lists encrypted chapters in encryption.xml."""
     names = set(archive.namelist())
     if suffix == ".odt":
-        return "META-INF/manifest.xml" in names and b"encryption-data" in archive.read("META-INF/manifest.xml")
+        if "META-INF/manifest.xml" not in names:
+            return False
+        manifest = _xml(archive, "META-INF/manifest.xml")
+        return manifest.find(f".//{{{_ODF_MANIFEST_NS}}}encryption-data") is not None
     if "META-INF/encryption.xml" not in names:
         return False
     # Font obfuscation also uses encryption.xml; only encrypted chapters make a book unreadable.
-    targets = re.findall(rb'URI="([^"]+)"', archive.read("META-INF/encryption.xml"))
-    return any(target.lower().endswith((b".xhtml", b".html", b".htm")) for target in targets)
+    encryption = _xml(archive, "META-INF/encryption.xml")
+    targets = [ref.get("URI", "") for ref in encryption.iter(f"{{{_XMLENC_NS}}}CipherReference")]
+    return any(target.lower().endswith((".xhtml", ".html", ".htm")) for target in targets)
+
+
+def _xml(archive: zipfile.ZipFile, member: str):
+    """The root element of an XML member, parsed with ``defusedxml`` (no entities, no DTD
+    retrieval), from at most ``_MAX_XML_READ`` bytes."""
+    from defusedxml.ElementTree import fromstring
+
+    with archive.open(member) as file:
+        data = file.read(_MAX_XML_READ + 1)
+    if len(data) > _MAX_XML_READ:
+        raise ValueError(f"{member} is larger than {_MAX_XML_READ} bytes")
+    return fromstring(data)
 
 
 def _document(
@@ -182,16 +309,15 @@ def _table(rows: list[list[str]]) -> Block:
     return Block("\n".join(_row(row[first:]) for row in rows))
 
 
-# Each reader returns (metadata title, first heading for the title, blocks).
-Parsed = tuple[str, str, list[Block]]
+# Each reader fills the blocks it is given and returns (metadata title, first heading for the title).
+Parsed = tuple[str, str]
 
 
-def _read_docx(data: bytes) -> Parsed:
+def _read_docx(data: bytes, blocks: _Blocks) -> Parsed:
     import docx
     from docx.table import Table
 
     document = docx.Document(io.BytesIO(data))
-    blocks: list[Block] = []
     # Style id -> name: ``paragraph.style`` searches the style sheet on every call.
     style_names: dict[str | None, str] = {}
     for item in document.iter_inner_content():
@@ -207,7 +333,7 @@ def _read_docx(data: bytes) -> Parsed:
         else:
             blocks.append(Block(item.text))
     first_heading = next((block.text for block in blocks if block.heading and block.text), "")
-    return document.core_properties.title or "", first_heading, blocks
+    return document.core_properties.title or "", first_heading
 
 
 def _docx_table(table) -> Block:
@@ -222,11 +348,10 @@ def _docx_table(table) -> Block:
     return _table(rows)
 
 
-def _read_pptx(data: bytes) -> Parsed:
+def _read_pptx(data: bytes, blocks: _Blocks) -> Parsed:
     from pptx import Presentation
 
     presentation = Presentation(io.BytesIO(data))
-    blocks: list[Block] = []
     first_title = ""
     for number, slide in enumerate(presentation.slides, start=1):
         title_shape = slide.shapes.title
@@ -242,7 +367,7 @@ def _read_pptx(data: bytes) -> Parsed:
         first_title = first_title or title
         blocks.append(Block(f"Slide {number}: {title}" if title else f"Slide {number}", heading=True))
         blocks.extend(body)
-    return presentation.core_properties.title or "", first_title, blocks
+    return presentation.core_properties.title or "", first_title
 
 
 def _pptx_shape(shape) -> list[Block]:
@@ -261,18 +386,22 @@ def _pptx_text(frame) -> str:
     return frame.text.replace("\v", "\n")  # python-pptx gives a line break as a vertical tab
 
 
-def _read_xlsx(data: bytes) -> Parsed:
+def _read_xlsx(data: bytes, blocks: _Blocks) -> Parsed:
     import openpyxl
 
     workbook = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
     try:
-        blocks: list[Block] = []
         for sheet in workbook.worksheets:
             sheet.reset_dimensions()  # the stored dimensions may be wrong; read every row there is
-            table = _table([[_cell_text(value) for value in row] for row in sheet.iter_rows(values_only=True)])
+            rows, pending = [], 0
+            for row in sheet.iter_rows(values_only=True):  # a sheet streams: count it row by row
+                rows.append([_cell_text(value) for value in row])
+                pending += sum(len(cell) for cell in rows[-1])
+                blocks.check(pending)
+            table = _table(rows)
             if table.text:
                 blocks += [Block(_line(sheet.title), heading=True), table]
-        return workbook.properties.title or "", "", blocks
+        return workbook.properties.title or "", ""
     finally:
         workbook.close()
 
@@ -294,19 +423,18 @@ def _cell_text(value) -> str:
     return str(value)
 
 
-def _read_odt(data: bytes) -> Parsed:
+def _read_odt(data: bytes, blocks: _Blocks) -> Parsed:
     from odf import dc, teletype
     from odf.opendocument import load
 
     document = load(io.BytesIO(data))
     if not document.mimetype.startswith("application/vnd.oasis.opendocument.text"):
         raise ValueError(f"not a text document: {document.mimetype}")
-    blocks: list[Block] = []
     _odt_blocks(document.text, blocks)
     titles = document.meta.getElementsByType(dc.Title)
     meta_title = teletype.extractText(titles[0]) if titles else ""
     first_heading = next((block.text for block in blocks if block.heading and block.text), "")
-    return meta_title, first_heading, blocks
+    return meta_title, first_heading
 
 
 _TEXT_NS = "urn:oasis:names:tc:opendocument:xmlns:text:1.0"
@@ -362,7 +490,7 @@ def _odt_cells(row) -> list[str]:
     ]
 
 
-def _read_epub(data: bytes) -> Parsed:
+def _read_epub(data: bytes, blocks: _Blocks) -> Parsed:
     import ebooklib
     from bs4 import BeautifulSoup
     from ebooklib import epub
@@ -370,7 +498,6 @@ def _read_epub(data: bytes) -> Parsed:
     book = epub.read_epub(io.BytesIO(data), options={"ignore_ncx": True})
     toc_titles: dict[str, str] = {}
     _epub_toc(book.toc, toc_titles)
-    blocks: list[Block] = []
     for item_id, _linear in book.spine:
         item = book.get_item_with_id(item_id)
         if item is None or item.get_type() != ebooklib.ITEM_DOCUMENT or isinstance(item, epub.EpubNav):
@@ -388,7 +515,7 @@ def _read_epub(data: bytes) -> Parsed:
         blocks.extend(chapter)
     titles = book.get_metadata("DC", "title")
     first_heading = next((block.text for block in blocks if block.heading and block.text), "")
-    return (titles[0][0] if titles else "") or "", first_heading, blocks
+    return (titles[0][0] if titles else "") or "", first_heading
 
 
 def _epub_toc(entries, titles: dict[str, str]) -> None:
@@ -472,7 +599,7 @@ def _html_blocks(element, blocks: list[Block]) -> None:
     flush()
 
 
-_READERS: dict[str, Callable[[bytes], Parsed]] = {
+_READERS: dict[str, Callable[[bytes, _Blocks], Parsed]] = {
     ".docx": _read_docx,
     ".pptx": _read_pptx,
     ".xlsx": _read_xlsx,

@@ -5,6 +5,15 @@ document per line), and office and e-book files, .docx, .pptx, .xlsx, .odt and .
 ``knowledge.ingestion.office``). Every reader raises ``InvalidInput`` for empty, undecodable,
 damaged or encrypted content and ``UnsupportedFileType`` for other extensions, before anything
 is stored.
+
+The formats that decompress (PDF and the zip-based ones, ``SANDBOXED_EXTENSIONS``) are read in a
+child process with its own memory and CPU limits (``knowledge.ingestion.sandbox``), under caps on
+what a file may unpack to: ``KB_PARSE_MAX_UNPACKED_MB`` (a zip's declared members, a PDF's
+decompressed content streams), ``KB_PARSE_MAX_RATIO`` (compression ratio), ``KB_PARSE_MAX_CHARS``
+(extracted characters) and ``KB_PARSE_MAX_PDF_PAGES``. Over a cap: ``InvalidInput`` with code
+``archive_bomb`` (unpacked size, ratio) or ``document_too_large`` (characters, pages).
+``read_check`` is the cheap part, for a web request: type, signature, declared sizes, and the
+decoding of text formats; the parse itself runs later, in the ingestion job.
 """
 
 from __future__ import annotations
@@ -14,14 +23,18 @@ import io
 import json
 import re
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 
+from django.conf import settings
 from django.utils.dateparse import parse_date, parse_datetime
 from django.utils.timezone import make_aware
 
 from core.errors import InvalidInput, UnsupportedFileType
+from core.uploads import size_text
+from knowledge.ingestion import sandbox
 from knowledge.ingestion.documents import ReadDocument, Section, locate_sections, normalize_text
-from knowledge.ingestion.office import read_office
+from knowledge.ingestion.office import OFFICE_READER_MODULES, office_check, read_office
 
 SUPPORTED_EXTENSIONS = (
     ".txt",
@@ -40,6 +53,12 @@ SUPPORTED_EXTENSIONS = (
 )
 # Zip-based formats read by ``knowledge.ingestion.office``.
 OFFICE_EXTENSIONS = (".docx", ".pptx", ".xlsx", ".odt", ".epub")
+# Formats whose readers decompress: parsed in a child process (``knowledge.ingestion.sandbox``).
+SANDBOXED_EXTENSIONS = (".pdf", *OFFICE_EXTENSIONS)
+# What a sandboxed reader imports: loaded once in the parent, so a child does not import it per file.
+_READER_MODULES = {".pdf": ("pypdf",), **OFFICE_READER_MODULES}
+# A PDF starts with this signature (readers accept it within the first 1,024 bytes).
+PDF_SIGNATURE = b"%PDF-"
 
 
 _UTF16_BOMS = ((codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
@@ -94,18 +113,12 @@ def read_bytes(
     Returns one ``ReadDocument`` per document (several for .jsonl). ``external_id`` defaults to
     ``name``. Raises ``UnsupportedFileType`` or ``InvalidInput``.
     """
-    suffix = Path(name).suffix.lower()
-    if fmt and suffix == ".txt":
-        suffix = f".{fmt.lstrip('.').lower()}"
-    if suffix not in SUPPORTED_EXTENSIONS:
-        raise UnsupportedFileType(
-            f"{name}: unsupported file type {suffix or '(none)'}; supported: {', '.join(SUPPORTED_EXTENSIONS)}."
-        )
+    suffix = _suffix(name, fmt)
     external_id = external_id or name
-    if suffix == ".pdf":
-        docs = [_read_pdf(data, name=name, external_id=external_id, uri=uri)]
-    elif suffix in OFFICE_EXTENSIONS:
-        docs = [read_office(data, name=name, external_id=external_id, uri=uri)]
+    if suffix in SANDBOXED_EXTENSIONS:
+        reader = _read_pdf if suffix == ".pdf" else read_office
+        parse = partial(reader, data, name=name, external_id=external_id, uri=uri)
+        docs = [sandbox.parse_isolated(parse, name=name, preload=_READER_MODULES[suffix])]
     elif suffix == ".jsonl":
         docs = _read_jsonl(decode_text(data, name=name), name=name)
     else:
@@ -122,6 +135,44 @@ def read_bytes(
         if not doc.text.strip():
             raise InvalidInput(f"{name}: no text could be extracted.", code="empty_file")
     return docs
+
+
+def read_check(data: bytes, *, name: str, fmt: str | None = None) -> None:
+    """The checks of ``read_bytes`` that are cheap enough for a web request; nothing is parsed.
+
+    The type (its extension, ``fmt`` for .txt as in ``read_bytes``); a PDF's signature; an office
+    or e-book file's zip directory (encrypted, old binary or damaged files, and the declared sizes
+    against ``KB_PARSE_MAX_UNPACKED_MB`` and ``KB_PARSE_MAX_RATIO``: ``office_check``); the
+    decoding of text formats, and every line of a JSONL file. Their time and memory are bounded by
+    the upload limit. Raises ``UnsupportedFileType`` or ``InvalidInput`` like ``read_bytes``;
+    a file that passes may still fail when its job reads it (e.g. a PDF past a cap).
+    """
+    suffix = _suffix(name, fmt)
+    if suffix == ".pdf":
+        if not data.strip():
+            raise InvalidInput(f"{name}: the file is empty.", code="empty_file")
+        if PDF_SIGNATURE not in data[:1024]:
+            raise InvalidInput(
+                f"{name}: not a PDF (it does not start with {PDF_SIGNATURE.decode()}).", code="invalid_pdf"
+            )
+    elif suffix in OFFICE_EXTENSIONS:
+        office_check(data, name=name)
+    elif suffix == ".jsonl":
+        _read_jsonl(decode_text(data, name=name), name=name)
+    else:
+        decode_text(data, name=name)
+
+
+def _suffix(name: str, fmt: str | None) -> str:
+    """The reader ``name`` goes to (its extension, or ``fmt`` for .txt); ``UnsupportedFileType`` if none."""
+    suffix = Path(name).suffix.lower()
+    if fmt and suffix == ".txt":
+        suffix = f".{fmt.lstrip('.').lower()}"
+    if suffix not in SUPPORTED_EXTENSIONS:
+        raise UnsupportedFileType(
+            f"{name}: unsupported file type {suffix or '(none)'}; supported: {', '.join(SUPPORTED_EXTENSIONS)}."
+        )
+    return suffix
 
 
 def read_path(
@@ -317,17 +368,60 @@ def _read_html(text: str, *, name: str, external_id: str, uri: str) -> ReadDocum
 
 
 def _read_pdf(data: bytes, *, name: str, external_id: str, uri: str) -> ReadDocument:
+    """Read a PDF page by page under the caps (run in the sandbox's child).
+
+    Before a page's text is extracted, its content streams and the form XObjects they may draw
+    are decompressed and counted: a stream over 1 MiB that decompresses more than
+    ``KB_PARSE_MAX_RATIO`` times, or a running total (a stream shared by several pages counts on
+    each) over ``KB_PARSE_MAX_UNPACKED_MB``, is an ``archive_bomb``. More than
+    ``KB_PARSE_MAX_PDF_PAGES`` pages, or more than ``KB_PARSE_MAX_CHARS`` characters extracted so
+    far, is ``document_too_large``. pypdf's own errors (damaged files, its limits, a missing
+    dependency) become ``InvalidInput``.
+    """
     from pypdf import PdfReader
-    from pypdf.errors import PdfReadError
+    from pypdf.errors import DependencyError, FileNotDecryptedError, LimitReachedError
 
     if not data.strip():
         raise InvalidInput(f"{name}: the file is empty.", code="empty_file")
     try:
         reader = PdfReader(io.BytesIO(data))
-        pages = [page.extract_text() or "" for page in reader.pages]
-        meta_title = (reader.metadata.title if reader.metadata else None) or ""
-    except (PdfReadError, ValueError, KeyError, TypeError) as exc:
-        raise InvalidInput(f"{name}: not a readable PDF ({exc}).", code="invalid_pdf") from exc
+        if reader.is_encrypted and not reader.decrypt(""):
+            raise InvalidInput(
+                f"{name}: the PDF is encrypted (password-protected); save it without a password.", code="encrypted_file"
+            )
+        page_count = len(reader.pages)
+        if page_count > settings.KB_PARSE_MAX_PDF_PAGES:
+            raise InvalidInput(
+                f"{name}: the PDF has {page_count:,} pages; the limit is {settings.KB_PARSE_MAX_PDF_PAGES:,}. "
+                "Split it into smaller files.",
+                code="document_too_large",
+            )
+        budget = _PdfBudget(name=name, file_size=len(data))
+        pages = []
+        for page in reader.pages:
+            budget.count_streams(page)
+            pages.append(budget.count_text(page.extract_text() or ""))
+        meta_title = str((reader.metadata.title if reader.metadata else None) or "")
+    except InvalidInput:
+        raise
+    except FileNotDecryptedError as exc:
+        raise InvalidInput(
+            f"{name}: the PDF is encrypted (password-protected); save it without a password.", code="encrypted_file"
+        ) from exc
+    except LimitReachedError as exc:
+        bomb = any(word in str(exc).lower() for word in ("decompress", "decoding"))
+        raise InvalidInput(
+            f"{name}: the PDF passes a limit of its reader ({_short(exc)}); it may be built to exhaust the server.",
+            code="archive_bomb" if bomb else "document_too_large",
+        ) from exc
+    except DependencyError as exc:
+        raise InvalidInput(
+            f"{name}: the PDF needs a feature that is not installed ({_short(exc)}).", code="invalid_pdf"
+        ) from exc
+    except MemoryError:
+        raise  # the sandbox names the memory limit
+    except Exception as exc:  # PdfReadError, PyPdfError, and the plain errors of a damaged file
+        raise InvalidInput(f"{name}: not a readable PDF ({_short(exc)}).", code="invalid_pdf") from exc
     text = normalize_text("\n\n".join(pages))
     return ReadDocument(
         external_id=external_id,
@@ -336,6 +430,92 @@ def _read_pdf(data: bytes, *, name: str, external_id: str, uri: str) -> ReadDocu
         text=text,
         metadata={"pages": len(pages)},
     )
+
+
+def _short(exc: Exception) -> str:
+    """A library's message on one line, at most 200 characters (its class name if it has none)."""
+    message = " ".join(str(exc).split()) or type(exc).__name__
+    return message if len(message) <= 200 else message[:199] + "…"
+
+
+# Streams smaller than this pass the ratio cap: small, highly compressible parts of real files.
+RATIO_EXEMPT_BYTES = 2**20
+# How deep form XObjects nested in form XObjects are followed (text extraction follows them too).
+_MAX_FORM_DEPTH = 10
+
+
+class _PdfBudget:
+    """What a PDF's pages have unpacked and extracted so far, against the caps."""
+
+    def __init__(self, *, name: str, file_size: int):
+        self.name, self.file_size = name, file_size
+        self.unpacked = 0
+        self.chars = 0
+        self.max_unpacked = int(settings.KB_PARSE_MAX_UNPACKED_MB * 2**20)
+        self.max_ratio = settings.KB_PARSE_MAX_RATIO
+        self.max_chars = settings.KB_PARSE_MAX_CHARS
+
+    def count_streams(self, page) -> None:
+        """Add the decompressed size of ``page``'s content streams and form XObjects; raise past a cap."""
+        for stream in _page_streams(page):
+            decoded = len(stream.get_data())
+            raw = len(getattr(stream, "_data", b"") or b"") or decoded
+            if decoded > RATIO_EXEMPT_BYTES and decoded > raw * self.max_ratio:
+                raise InvalidInput(
+                    f"{self.name}: a content stream of the PDF unpacks to {decoded // max(raw, 1):,} times its "
+                    f"compressed size ({size_text(decoded)}); the limit is {self.max_ratio} times. "
+                    "The file may be built to exhaust the server.",
+                    code="archive_bomb",
+                )
+            self.unpacked += decoded
+            if self.unpacked > self.max_unpacked:
+                raise InvalidInput(
+                    f"{self.name}: the PDF's pages unpack to more than {size_text(self.max_unpacked)} of content, "
+                    "the limit; split it into smaller files.",
+                    code="archive_bomb",
+                )
+
+    def count_text(self, text: str) -> str:
+        """``text`` (one page's), once counted; ``document_too_large`` past ``KB_PARSE_MAX_CHARS``."""
+        self.chars += len(text)
+        if self.chars > self.max_chars:
+            raise InvalidInput(
+                f"{self.name}: the PDF holds more than {self.max_chars:,} characters of text, the limit; "
+                "split it into smaller files.",
+                code="document_too_large",
+            )
+        return text
+
+
+def _page_streams(page):
+    """The content streams of ``page`` and the form XObjects of its resources (nested ones too),
+    each once per page."""
+    from pypdf.generic import ArrayObject, StreamObject
+
+    seen: set[int] = set()
+
+    def resolved(value):
+        return value.get_object() if value is not None else None
+
+    def forms(resources, depth: int):
+        resources = resolved(resources)
+        xobjects = resolved(resources.get("/XObject")) if hasattr(resources, "get") else None
+        if depth > _MAX_FORM_DEPTH or not hasattr(xobjects, "values"):
+            return
+        for value in xobjects.values():
+            xobject = resolved(value)
+            if isinstance(xobject, StreamObject) and xobject.get("/Subtype") == "/Form" and id(xobject) not in seen:
+                seen.add(id(xobject))
+                yield xobject
+                yield from forms(xobject.get("/Resources"), depth + 1)
+
+    contents = resolved(page.get("/Contents"))
+    for item in contents if isinstance(contents, ArrayObject) else [contents]:
+        stream = resolved(item)
+        if isinstance(stream, StreamObject) and id(stream) not in seen:
+            seen.add(id(stream))
+            yield stream
+    yield from forms(page.get("/Resources"), 0)
 
 
 _JSONL_TEXT_KEYS = ("text", "body", "content")

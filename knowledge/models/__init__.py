@@ -113,6 +113,28 @@ class Source(models.Model):
         return self.kind in self.SYNCED_KINDS
 
 
+class FolderGrant(models.Model):
+    """A folder the operator lets one tenant's folder sources (and local git repositories) read
+    (``knowledge.folder_grants``). ``path`` is absolute and resolved (no symbolic links);
+    only operators (the superuser, ``manage.py folderroots``, ``manage.py source add``) grant."""
+
+    tenant = models.ForeignKey("core.Tenant", on_delete=models.CASCADE, related_name="folder_grants")
+    path = models.CharField(max_length=2000)
+    granted_by = models.CharField(max_length=200, blank=True, help_text="Who granted it: a superuser or the CLI.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = TenantScopedQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "path"], name="foldergrant_unique_path_per_tenant"),
+            models.CheckConstraint(condition=Q(path__startswith="/"), name="foldergrant_path_absolute"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant}: {self.path}"
+
+
 class Document(models.Model):
     """A document of a tenant, identified within the tenant by ``external_id`` (a path or URI).
 

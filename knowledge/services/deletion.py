@@ -8,17 +8,21 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
+from core.audit import audit_record
 from core.errors import NotFound
 from core.models import Tenant
-from knowledge.models import Document, DocumentVersion
+from knowledge.models import Document, DocumentVersion, IngestionJob
 from knowledge.services.ingestion import version_chunks_pass_on, version_reindex
+from knowledge.services.uploads import upload_files_remove
 
 
 def document_delete(*, tenant: Tenant, document_id: int) -> None:
     """Delete a tenant's document with its versions and chunks.
 
     Documents that were recorded as exact duplicates of it are indexed on their own (they
-    would otherwise have no chunks). ``NotFound`` if the document is not the tenant's.
+    would otherwise have no chunks). Recorded in the audit log (``document.deleted``). An
+    uploaded file it was read from, if still stored, is removed once the deletion commits.
+    ``NotFound`` if the document is not the tenant's.
     """
     document = Document.objects.for_tenant(tenant).filter(pk=document_id).first()
     if document is None:
@@ -28,7 +32,14 @@ def document_delete(*, tenant: Tenant, document_id: int) -> None:
         .filter(is_current=True, duplicate_of__document=document)
         .select_related("document", "document__source")
     )
+    details = {"external_id": document.external_id, "title": document.title, "source": document.source_id}
     document.delete()
+    upload_files_remove(  # an uploaded file the document was read from, if still stored
+        jobs=IngestionJob.objects.for_tenant(tenant).filter(
+            source_id=document.source_id, result__documents__contains=[{"document_id": document_id}]
+        )
+    )
+    audit_record(action="document.deleted", tenant=tenant, obj=document, object_id=str(document_id), changes=details)
     for version in orphans:
         version_reindex(version_id=version.pk)
 

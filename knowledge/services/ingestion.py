@@ -31,11 +31,12 @@ from pathlib import Path
 import numpy as np
 from django.conf import settings
 from django.db import DataError, IntegrityError, connection, transaction
-from django.db.models import Max
+from django.db.models import Exists, Max, OuterRef
 
 from core.errors import InvalidInput
 from core.models import Tenant
 from core.queue import task_enqueue
+from core.quotas import quota_limits
 from knowledge import task_names
 from knowledge.dedup.selectors import tenant_duplicates_changed
 from knowledge.embedders import Embedder, get_embedder
@@ -43,6 +44,7 @@ from knowledge.enrichment.services import enrichment_enqueue
 from knowledge.ingestion.readers import SUPPORTED_EXTENSIONS, ReadDocument, read_path
 from knowledge.ingestion.splitters import Span, Splitter, get_splitter
 from knowledge.models import Chunk, Document, DocumentVersion, Source
+from knowledge.quotas import quota_check, quota_check_early
 from knowledge.services.maintenance import tables_maintain_enqueue
 from knowledge.services.versions import versions_prune
 from knowledge.summaries.services import summaries_enqueue
@@ -132,8 +134,11 @@ def documents_ingest(
     is stored in one transaction, so a failure on any document stores none of them. Raises
     ``InvalidInput`` when ``source`` is another tenant's, two documents share an id, a document
     has no text to index or the database refuses a document (named; the database's own message
-    is only logged). Transient database errors (``django.db.OperationalError``) and embedding
-    endpoint failures (``UpstreamError``) propagate unchanged, for the caller to retry.
+    is only logged), and ``QuotaExceeded`` (``core.quotas``, 403) when storing them would take the
+    tenant past its documents, stored bytes, chunks or sources limit (checked before embedding,
+    and again under the tenant's quota lock before the first write). Transient database errors
+    (``django.db.OperationalError``) and embedding endpoint failures (``UpstreamError``)
+    propagate unchanged, for the caller to retry.
 
     ``progress`` shows a progress bar; ``on_progress`` (if given) is called with
     ``{"stage": "embedding" | "storing", "documents": n, "chunks_total": c, "chunks_embedded": e}``
@@ -160,6 +165,8 @@ def documents_ingest(
             item.status = "new"
             first_in_batch[item.hash] = item
             item.spans = splitter.split(item.read)
+    adding = _quota_adding(tenant=tenant, source=source, prepared=prepared, current=by_document)
+    quota_check_early(tenant=tenant, **adding)  # before embedding: a call over a limit costs nothing
 
     to_embed = [item for item in prepared if item.status == "new" and item.spans]
     embed_started = time.perf_counter()
@@ -184,6 +191,7 @@ def documents_ingest(
         key=lambda p: (0 if p.status == "duplicate" and p.hash in by_hash else order[p.status], p.read.external_id),
     )
     with transaction.atomic():
+        quota_check(tenant=tenant, **adding)  # again, under the tenant's quota lock, before any write
         if source.pk is None:  # a new source is stored with its first documents, or not at all
             source.save()
         for item in ordered:
@@ -214,6 +222,31 @@ def documents_ingest(
     summaries_enqueue(tenant=tenant, report=report)
     report.total_seconds = time.perf_counter() - started
     return report
+
+
+def _quota_adding(*, tenant: Tenant, source: Source, prepared: list[_Prepared], current: dict[str, str]) -> dict:
+    """What storing ``prepared`` adds to the tenant's quotas (``knowledge.quotas``): ``documents``
+    (ids with no live document yet; ``current`` maps the live ones' ids to their hashes),
+    ``stored_bytes`` (the text of every new version), ``chunks`` (the new versions' chunks, plus
+    the chunks a replaced version hands on to a document that duplicated it) and ``sources``
+    (1 for a source not saved yet)."""
+    stored = [item for item in prepared if item.status != "unchanged"]
+    adding = {
+        "documents": sum(1 for item in stored if item.read.external_id not in current),
+        "stored_bytes": sum(len(item.read.text.encode("utf-8")) for item in stored),
+        "chunks": sum(len(item.spans) for item in stored if item.status == "new"),
+        "sources": 1 if source.pk is None else 0,
+    }
+    replaced = [item.read.external_id for item in stored if item.read.external_id in current]
+    if replaced and quota_limits(tenant=tenant)["chunks"] is not None:
+        heirs = DocumentVersion.objects.filter(duplicate_of=OuterRef("version_id"), is_current=True)
+        adding["chunks"] += (
+            Chunk.objects.for_tenant(tenant)
+            .filter(kind=Chunk.Kind.BODY, is_current=True, version__document__external_id__in=replaced)
+            .filter(Exists(heirs))
+            .count()
+        )
+    return adding
 
 
 def near_duplicates_enqueue(*, tenant: Tenant, report: IngestReport) -> None:

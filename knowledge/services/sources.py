@@ -2,8 +2,19 @@
 
 The checks live here once, for the CLI (``manage.py source``), the API and the admin: a source
 that a connector syncs (folder, web, git) needs a ``location`` of the right shape; globs are
-lists of strings; a schedule is at least a minute. Every error is ``InvalidInput`` naming the
-field.
+lists of strings. Every error is ``InvalidInput`` naming the field.
+
+The tenant boundary (``docs/security.md``), checked on create and on edit, and again by the
+connectors at every sync:
+
+* a ``folder`` location, and a ``git`` location that is a local path or a ``file://`` URL, lies
+  inside a folder the operator granted to the tenant (``knowledge.folder_grants``; code
+  ``location_not_allowed``);
+* a ``web`` location and a ``git`` remote are ``http(s)://`` URLs whose host resolves to public
+  addresses only (``core.outbound``; code ``address_not_allowed``); ``ssh://``, ``git://`` and
+  ``user@host:path`` remotes are refused (they would use the server's own keys);
+* the operator's limits: ``page_limit`` at most ``KB_WEB_MAX_PAGES``, ``crawl_delay_s`` at least
+  ``KB_WEB_MIN_CRAWL_DELAY_S``, ``sync_every`` at least ``KB_MIN_SYNC_EVERY_S``.
 """
 
 from __future__ import annotations
@@ -14,12 +25,17 @@ from datetime import timedelta
 from functools import partial
 from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 
+from core.audit import audit_record
 from core.errors import InvalidInput
 from core.models import Tenant
-from knowledge.connectors.git import cache_folder
+from core.outbound import host_check
+from knowledge.connectors.git import cache_folder, location_is_url
+from knowledge.folder_grants import folder_location_check
 from knowledge.models import DocumentVersion, Source
+from knowledge.quotas import quota_check
 from knowledge.services.ingestion import version_reindex
 
 # Fields a caller may set (besides tenant and name); the rest are the sync's own.
@@ -78,6 +94,63 @@ def _globs(value, field: str) -> list[str]:
     return [v.strip() for v in value]
 
 
+def _duration_text(value: timedelta) -> str:
+    seconds = int(value.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _http_location_check(location: str, *, what: str, hint: str = "") -> None:
+    """An http(s) URL with a host that resolves to allowed addresses only (``core.outbound``)."""
+    parts = urlsplit(location)
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == -1:
+        raise InvalidInput(f"{what} is an http(s) URL{hint}, not {location!r}.", code="invalid_location")
+    host_check(parts.hostname, port or (443 if parts.scheme == "https" else 80))
+
+
+def _web_location_check(location: str) -> None:
+    _http_location_check(location, what="A web source's location", hint=" (a start page or a sitemap.xml)")
+
+
+def _git_location_check(source: Source) -> None:
+    """A git location: an http(s) remote, or a local path or ``file://`` URL inside a grant."""
+    location = source.location
+    if location_is_url(location):
+        scheme = urlsplit(location).scheme if "://" in location else "ssh"
+        if scheme == "file":
+            folder_location_check(tenant=source.tenant_id, location=urlsplit(location).path or "/")
+            return
+        if scheme not in ("http", "https"):
+            raise InvalidInput(
+                f"A git source's remote is an https:// URL (for a private repository, with an access token in "
+                f"it: https://TOKEN@host/org/repo.git); {scheme} remotes are not supported, since they would "
+                "use the server's own keys.",
+                code="invalid_location",
+            )
+        _http_location_check(location, what="A git source's remote")
+        return
+    if not location.startswith(("/", "~")):
+        raise InvalidInput("A git source's location is an https:// URL or an absolute path.", code="invalid_location")
+    folder_location_check(tenant=source.tenant_id, location=location)
+
+
+def _shown(value):
+    """A source field as the audit log keeps it: JSON, durations in seconds, no URL credentials."""
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, str) and "://" in value and "@" in value:
+        parts = urlsplit(value)
+        if parts.password or parts.username:
+            return parts._replace(netloc=parts.hostname + (f":{parts.port}" if parts.port else "")).geturl()
+    return value
+
+
 def source_check(source: Source) -> None:
     """Check ``source``'s fields (module docstring); ``InvalidInput`` naming the first bad one.
 
@@ -101,33 +174,42 @@ def source_check(source: Source) -> None:
         if len(source.location) > 2000:
             raise InvalidInput("location has at most 2,000 characters.")
     if source.kind == Source.Kind.WEB:
-        parts = urlsplit(source.location)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        _web_location_check(source.location)
+    if source.kind == Source.Kind.GIT:
+        _git_location_check(source)
+    if source.kind == Source.Kind.FOLDER:
+        if not source.location.startswith(("/", "~")):
             raise InvalidInput(
-                f"A web source's location is an http(s) URL (a start page or a sitemap.xml), not {source.location!r}.",
-                code="invalid_location",
+                "A folder source's location is an absolute path the workers can read.", code="invalid_location"
             )
-    if source.kind == Source.Kind.GIT and "://" in source.location:
-        if urlsplit(source.location).scheme not in ("http", "https", "git", "ssh", "file"):
-            raise InvalidInput(
-                "A git source's location is a path or an http(s), git, ssh or file URL.", code="invalid_location"
-            )
-    if source.kind == Source.Kind.FOLDER and not source.location.startswith(("/", "~")):
-        raise InvalidInput(
-            "A folder source's location is an absolute path the workers can read.", code="invalid_location"
-        )
+        folder_location_check(tenant=source.tenant_id, location=source.location)
     source.sync_every = duration_parse(source.sync_every)
     if source.sync_every is not None:
         if source.kind not in Source.SYNCED_KINDS:
             raise InvalidInput("Only folder, web and git sources sync on a schedule.")
-        if source.sync_every < timedelta(minutes=1):
-            raise InvalidInput("sync_every is at least one minute.")
+        least = timedelta(seconds=settings.KB_MIN_SYNC_EVERY_S)
+        if source.sync_every < least:
+            raise InvalidInput(
+                f"sync_every is at least {_duration_text(least)} on this server (the operator's KB_MIN_SYNC_EVERY_S).",
+                code="invalid_sync_every",
+            )
     if source.text_format not in ("", "rst", "md", "txt"):
         raise InvalidInput("text_format is rst, md, txt or empty.")
     if not isinstance(source.page_limit, int) or isinstance(source.page_limit, bool) or source.page_limit < 1:
         raise InvalidInput("page_limit is a whole number of at least 1.")
+    if source.page_limit > settings.KB_WEB_MAX_PAGES:
+        raise InvalidInput(
+            f"page_limit is at most {settings.KB_WEB_MAX_PAGES} on this server (the operator's KB_WEB_MAX_PAGES).",
+            code="invalid_page_limit",
+        )
     if not isinstance(source.crawl_delay_s, int | float) or source.crawl_delay_s < 0:
         raise InvalidInput("crawl_delay_s is a number of seconds, at least 0.")
+    if source.kind == Source.Kind.WEB and source.crawl_delay_s < settings.KB_WEB_MIN_CRAWL_DELAY_S:
+        raise InvalidInput(
+            f"crawl_delay_s is at least {settings.KB_WEB_MIN_CRAWL_DELAY_S:g} s on this server "
+            "(the operator's KB_WEB_MIN_CRAWL_DELAY_S).",
+            code="invalid_crawl_delay",
+        )
     if source.reliability is None or not 0 <= source.reliability <= 1:
         raise InvalidInput("reliability must be in [0, 1].")
     if source.half_life_days is not None and source.half_life_days <= 0:
@@ -140,7 +222,7 @@ def source_create(*, tenant: Tenant, name: str, kind: str = Source.Kind.FOLDER, 
     """Create the tenant's source ``name`` of ``kind`` with ``fields`` (any of ``SOURCE_FIELDS``).
 
     ``InvalidInput`` for a bad field (named) or a name the tenant already uses (code
-    ``source_exists``).
+    ``source_exists``); ``QuotaExceeded`` (403 ``quota_exceeded``) past the tenant's sources quota.
     """
     unknown = set(fields) - set(SOURCE_FIELDS)
     if unknown:
@@ -149,9 +231,16 @@ def source_create(*, tenant: Tenant, name: str, kind: str = Source.Kind.FOLDER, 
     source_check(source)
     try:
         with transaction.atomic():
+            quota_check(tenant=tenant, sources=1)  # under the tenant's quota lock until the source is saved
             source.save()
     except IntegrityError:
         raise InvalidInput(f"The tenant already has a source called {source.name!r}.", code="source_exists") from None
+    audit_record(
+        action="source.created",
+        tenant=tenant,
+        obj=source,
+        changes={key: _shown(getattr(source, key)) for key in ("kind", "location", "sync_every")},
+    )
     return source
 
 
@@ -164,6 +253,7 @@ def source_update(*, source: Source, **fields) -> Source:
     if unknown:
         raise InvalidInput(f"Unknown source field(s): {', '.join(sorted(unknown))}.")
     changed = Source.objects.get(pk=source.pk)
+    before = {key: _shown(getattr(changed, key)) for key in fields}
     for key, value in fields.items():
         setattr(changed, key, value)
     source_check(changed)
@@ -172,6 +262,13 @@ def source_update(*, source: Source, **fields) -> Source:
             changed.save()
     except IntegrityError:
         raise InvalidInput(f"The tenant already has a source called {changed.name!r}.", code="source_exists") from None
+    difference = {
+        key: [before[key], _shown(getattr(changed, key))]
+        for key in fields
+        if before[key] != _shown(getattr(changed, key))
+    }
+    if difference:
+        audit_record(action="source.changed", tenant=changed.tenant_id, obj=changed, changes=difference)
     return changed
 
 
@@ -188,7 +285,17 @@ def source_delete(*, source: Source) -> None:
         .values_list("pk", flat=True)
     )
     cache = cache_folder(source) if source.kind == Source.Kind.GIT else None
+    audit_record(
+        action="source.deleted",
+        tenant=source.tenant_id,
+        obj=source,
+        changes={"kind": source.kind, "location": _shown(source.location)},
+    )
+    from knowledge.services.uploads import upload_files_remove  # uploads' stored files, removed on commit
+
+    jobs = list(source.ingestion_jobs.all())  # read before the deletion takes them with it
     source.delete()
+    upload_files_remove(jobs=jobs)
     for version_id in orphans:
         version_reindex(version_id=version_id)
     if cache is not None:  # a git source's fetched repository

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
+from contextlib import nullcontext
 from functools import partial
 
 from django.db import IntegrityError, transaction
@@ -28,13 +29,16 @@ from django.db.models import F, Q
 from django.utils import timezone
 from tqdm import tqdm
 
+from core.audit import SYSTEM_SCHEDULE, audit_actor, audit_record
 from core.errors import ApplicationError, InvalidInput, NotFound
 from core.models import Tenant
 from core.queue import task_send
+from core.quotas import QuotaExceeded
 from knowledge import task_names
 from knowledge.connectors import Item, SourceUnreachable, connector_for
 from knowledge.ingestion.readers import ReadDocument
 from knowledge.models import Document, Source, SyncRun
+from knowledge.quotas import sync_quota_check, sync_quota_exhausted
 from knowledge.services.deletion import document_mark_deleted
 from knowledge.services.ingestion import IngestReport, documents_ingest
 from knowledge.services.leases import LeaseHeartbeat, lease_claim, lease_held
@@ -60,12 +64,15 @@ def sync_run_request(*, source: Source, trigger: str = SyncRun.Trigger.MANUAL) -
 
     When a run of the source is already pending or running, that run is returned instead (one
     run per source at a time). ``InvalidInput`` (code ``not_synced``) for a source filled by
-    hand.
+    hand; ``QuotaExceeded`` (429, code ``quota_exceeded``) when the tenant has started its limit
+    of syncs in the last 24 hours (``knowledge.quotas.sync_quota_check``).
     """
     connector_for(source)  # refuses kinds that are not synced
     try:
         with transaction.atomic():
+            sync_quota_check(tenant=source.tenant_id)
             run = SyncRun.objects.create(tenant_id=source.tenant_id, source=source, trigger=trigger)
+            _sync_audit(run)
             transaction.on_commit(partial(_run_enqueue, run.pk))
     except IntegrityError:  # syncrun_one_active_per_source
         active = SyncRun.objects.filter(source=source, status__in=["pending", "running"]).first()
@@ -74,6 +81,18 @@ def sync_run_request(*, source: Source, trigger: str = SyncRun.Trigger.MANUAL) -
         return active
     run.refresh_from_db()
     return run
+
+
+def _sync_audit(run: SyncRun) -> None:
+    """Record the start of sync run ``run`` in the audit log (``source.synced``; by
+    ``system (schedule)`` for Celery beat's runs, else by whoever asked)."""
+    with audit_actor(SYSTEM_SCHEDULE) if run.trigger == SyncRun.Trigger.SCHEDULE else nullcontext():
+        audit_record(
+            action="source.synced",
+            tenant=run.tenant_id,
+            obj=run.source,
+            changes={"run": run.pk, "trigger": run.trigger},
+        )
 
 
 def _run_enqueue(run_id: int) -> None:
@@ -95,12 +114,15 @@ def source_sync(
     """Sync ``source`` in this process and return the finished run (``manage.py source sync``).
 
     ``progress`` shows a progress bar over the files read.
-    ``InvalidInput`` (code ``sync_running``) when another run of the source is going on.
+    ``InvalidInput`` (code ``sync_running``) when another run of the source is going on;
+    ``QuotaExceeded`` (429) past the tenant's syncs a day, as ``sync_run_request``.
     """
     connector_for(source)
     try:
         with transaction.atomic():
+            sync_quota_check(tenant=source.tenant_id)
             run = SyncRun.objects.create(tenant_id=source.tenant_id, source=source, trigger=trigger)
+            _sync_audit(run)
     except IntegrityError:
         raise InvalidInput(
             f"A sync of {source.name!r} is already going on; wait for it to finish.", code="sync_running"
@@ -278,7 +300,9 @@ def sources_sync_due(*, now=None, limit: int = 100) -> list[int]:
 
     Re-queues runs whose lease ran out (their worker died), then starts a run for each source
     with a schedule (``sync_every``) whose last run started at least that long ago and that has
-    no run going on. Spans every tenant (runs as the owner under row-level security).
+    no run going on. Spans every tenant (runs as the owner under row-level security). A tenant
+    that has started its limit of syncs in the last 24 hours (``knowledge.quotas``) has its due
+    syncs skipped, not failed: they start on the first beat after the window frees a run.
     """
     now = now or timezone.now()
     queued = []
@@ -292,12 +316,17 @@ def sources_sync_due(*, now=None, limit: int = 100) -> list[int]:
         Source.objects.filter(kind__in=Source.SYNCED_KINDS, sync_every__isnull=False)
         .exclude(sync_runs__status__in=["pending", "running"])
         .filter(Q(last_synced_at__isnull=True) | Q(last_synced_at__lte=now - F("sync_every")))
+        .exclude(tenant_id__in=sync_quota_exhausted(now=now))
     )
     for source in due.order_by(F("last_synced_at").asc(nulls_first=True))[:limit]:
         last = source.sync_runs.order_by("-created_at").values_list("created_at", flat=True).first()
         if last is not None and last > now - source.sync_every:  # a failed run retries on the schedule
             continue
-        run = sync_run_request(source=source, trigger=SyncRun.Trigger.SCHEDULE)
+        try:
+            run = sync_run_request(source=source, trigger=SyncRun.Trigger.SCHEDULE)
+        except QuotaExceeded as exc:  # the tenant's last run of the day went to another source
+            logger.info("Scheduled sync of %s skipped: %s", source, exc.message)
+            continue
         queued.append(run.pk)
     return queued
 

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import shutil
+from functools import partial
+from pathlib import Path
+
+from django.conf import settings
 from django.db import transaction
 
 from core.errors import InvalidInput
 from core.models import Tenant
 from knowledge.models import Source
+from knowledge.quotas import quota_check, quota_check_early
 from knowledge.vector_index import tenant_vector_indexes_prune
 
 
@@ -14,12 +20,17 @@ def tenant_delete(*, tenant: Tenant) -> None:
     """Delete a tenant with everything it owns, and drop its own HNSW indexes.
 
     The rows go in one transaction (cascades; the BM25 triggers update nothing else's
-    statistics); the tenant's vector indexes (``knowledge.vector_index``) are dropped after it,
+    statistics), then its files in the data directory (uploads, fetched git repositories); the
+    tenant's vector indexes (``knowledge.vector_index``) are dropped after it,
     concurrently when no transaction is open, so other tenants' searches never wait on them.
     """
     tenant_id = tenant.pk
+    data = Path(settings.KB_DATA_DIR)
+    files = [data / "uploads" / tenant.slug, data / "git" / str(tenant_id)]  # its uploads and fetched repositories
     with transaction.atomic():
         Tenant.objects.filter(pk=tenant_id).delete()
+        for folder in files:
+            transaction.on_commit(partial(shutil.rmtree, folder, ignore_errors=True))
     tenant_vector_indexes_prune(tenant_id=tenant_id)
 
 
@@ -36,6 +47,9 @@ def source_get_or_create(
 
     ``save=False``: a missing source is returned unsaved, for an ingestion to save it in the
     transaction that stores its documents (so a refused file leaves no empty source behind).
+    A missing source past the tenant's sources limit is ``QuotaExceeded`` (403, code
+    ``quota_exceeded``; ``knowledge.quotas``), whether saved here or by the ingestion, which
+    checks again under the tenant's quota lock.
     """
     if not name.strip():
         raise InvalidInput("A source needs a name.")
@@ -47,7 +61,11 @@ def source_get_or_create(
     if source.pk is None:
         source.reliability = 1.0 if reliability is None else reliability
         source.half_life_days = half_life_days
-        if save:
+        if not save:
+            quota_check_early(tenant=tenant, sources=1)  # the ingestion that saves it checks again
+            return source
+        with transaction.atomic():
+            quota_check(tenant=tenant, sources=1)  # under the tenant's quota lock until the save commits
             source.save()
         return source
     updates = {

@@ -1,11 +1,13 @@
 """Several files uploaded at once (the portal's upload form): one ``IngestionJob`` per file.
 
 Each file goes through ``upload_ingest`` on its own, so a file that is refused (unsupported type,
-empty, too large) is reported with its message while the other files of the same submission are
-still stored and queued. The files go into a source of kind ``upload``: an existing one, or a new
-one created under the given name; a name taken by another kind of source (one filled by
-``manage.py ingest`` or a dataset, or kept in sync by a connector) is refused before any file is
-read, so an upload never mixes into a folder, web or git source.
+empty, damaged, an archive bomb) is reported with its message while the other files of the same
+submission are still stored and queued. A file over the upload limit never gets here: the web
+request's upload handler stops the whole submission while it streams in (``core.uploads``). The
+files go into a source of kind ``upload``: an existing one, or a new one created under the given
+name; a name taken by another kind of source (one filled by ``manage.py ingest`` or a dataset, or
+kept in sync by a connector) is refused before any file is read, so an upload never mixes into a
+folder, web or git source.
 """
 
 from __future__ import annotations

@@ -8,6 +8,14 @@ delivery of its task (Redis redelivers an unacknowledged message after the visib
 re-queued by ``ingestion_jobs_recover`` (Celery beat). Claims are conditional UPDATEs, so two
 workers never run one job at once (the claim-by-conditional-UPDATE habit of healthchecks'
 ``sendalerts``).
+
+An upload is checked cheaply in the web request (``read_check``: type, signature, declared sizes,
+text decoding) and parsed by its job, the formats that decompress in a sandboxed child process
+(``knowledge.ingestion.sandbox``). The stored file (``KB_DATA_DIR/uploads/<tenant>/<random>/``)
+is only needed until its job ends: it is removed once the job is ``done`` or ``failed`` (the
+document's text lives on in its versions; nothing reads the file again), and with its source or
+document when those are deleted first (``upload_files_remove``), each once the transaction
+commits. A job put back to ``pending`` for a retry keeps its file.
 """
 
 from __future__ import annotations
@@ -30,10 +38,12 @@ from django.utils import timezone
 from core.errors import ApplicationError, InvalidInput, PayloadTooLarge, UpstreamError
 from core.models import Tenant
 from core.queue import task_send
+from core.uploads import size_text
 from knowledge import task_names
-from knowledge.ingestion.readers import read_bytes, read_path
+from knowledge.ingestion.readers import read_bytes, read_check, read_path
 from knowledge.ingestion.splitters import get_splitter
-from knowledge.models import IngestionJob, Source
+from knowledge.models import Document, IngestionJob, Source
+from knowledge.quotas import quota_check, quota_check_early
 from knowledge.services.ingestion import IngestReport, collect_files, documents_ingest
 from knowledge.services.leases import LeaseHeartbeat, lease_claim
 from knowledge.services.tenants import source_get_or_create
@@ -65,20 +75,37 @@ def _utf8_prefix(text: str, limit: int) -> str:
     return text.encode("utf-8")[:limit].decode("utf-8", "ignore")
 
 
+def _quota_check_early(*, tenant: Tenant, file_name: str, options: dict) -> None:
+    """Refuse now (``QuotaExceeded``) an upload that would add a document to a tenant at its
+    documents quota; the job checks exactly (documents, bytes, chunks) before it stores anything.
+    A new version of a document the tenant has, and a JSONL file (its ids are in its lines), pass here."""
+    if Path(file_name).suffix.lower() == ".jsonl":
+        return
+    external_id = options.get("external_id") or Path(file_name.replace("\\", "/")).name.replace("\x00", "")[:500]
+    if not Document.objects.for_tenant(tenant).filter(external_id=external_id).exists():
+        quota_check_early(tenant=tenant, documents=1)
+
+
 def upload_ingest(*, tenant: Tenant, source_name: str, file_name: str, data: bytes, options: dict) -> IngestionJob:
-    """Validate an uploaded file, store it and queue its ingestion. Returns the ``IngestionJob``.
+    """Check an uploaded file cheaply, store it and queue its ingestion. Returns the ``IngestionJob``.
 
     ``options`` may hold ``format`` (a reader, e.g. "rst"), ``external_id`` and ``title``.
-    Everything is checked before anything is stored: ``PayloadTooLarge`` over
+    Nothing is stored unless the checks of ``read_check`` pass: ``PayloadTooLarge`` over
     ``KB_MAX_UPLOAD_BYTES``, ``UnsupportedFileType`` for an unknown type and ``InvalidInput``
-    for an empty, binary, malformed, damaged or encrypted file. The task runs once the job row is committed.
+    for an empty, binary, malformed, mislabelled or encrypted file, or a zip whose declared sizes
+    pass the caps (``archive_bomb``). The file is parsed by the job, which runs once the job row
+    is committed (without a broker, before this returns): a file that fails there (a PDF past a
+    cap, a parse that runs out of time or memory) is a ``failed`` job that stored nothing.
     """
     if len(data) > settings.KB_MAX_UPLOAD_BYTES:
-        raise PayloadTooLarge(f"{file_name}: the file is larger than {settings.KB_MAX_UPLOAD_BYTES} bytes.")
+        raise PayloadTooLarge(
+            f"{file_name}: the file is larger than {size_text(settings.KB_MAX_UPLOAD_BYTES)} (the limit for one file)."
+        )
     if not source_name.strip():
         raise InvalidInput("A source needs a name.")
     options = {k: v for k, v in options.items() if v not in (None, "")}
-    read_bytes(data, name=file_name, fmt=options.get("format"))
+    read_check(data, name=file_name, fmt=options.get("format"))
+    _quota_check_early(tenant=tenant, file_name=file_name, options=options)
 
     folder = Path(settings.KB_DATA_DIR) / "uploads" / tenant.slug / uuid.uuid4().hex
     stored = folder / _safe_file_name(file_name)
@@ -157,6 +184,7 @@ def paths_enqueue(
             raise InvalidInput(f"{file}: the path is longer than 2,000 characters.")
     with transaction.atomic():
         if source.pk is None:
+            quota_check(tenant=tenant, sources=1)
             source.save()
         jobs = [
             IngestionJob.objects.create(
@@ -263,7 +291,7 @@ def ingestion_job_run(*, job_id: int, worker_id: str | None = None) -> Ingestion
         return job
     nothing = IngestReport().as_dict()
     if job.attempts > settings.KB_JOB_MAX_ATTEMPTS:
-        _job_finish(
+        if _job_finish(
             job_id,
             worker_id,
             status=IngestionJob.Status.FAILED,
@@ -272,7 +300,8 @@ def ingestion_job_run(*, job_id: int, worker_id: str | None = None) -> Ingestion
                 f"The job was started {job.attempts - 1} times and never finished (its worker stopped each "
                 "time, e.g. killed for memory). Nothing from this file was stored."
             ),
-        )
+        ):
+            upload_files_remove(jobs=[job])
         job.refresh_from_db()
         return job
     with LeaseHeartbeat(IngestionJob, job_id, worker_id):
@@ -290,7 +319,7 @@ def ingestion_job_run(*, job_id: int, worker_id: str | None = None) -> Ingestion
         except ApplicationError as exc:
             status, result, error = (
                 IngestionJob.Status.FAILED,
-                nothing,
+                {**nothing, "error_code": exc.code},
                 f"{exc.message} Nothing from this file was stored.",
             )
         except Exception:
@@ -302,7 +331,9 @@ def ingestion_job_run(*, job_id: int, worker_id: str | None = None) -> Ingestion
             )
         else:
             status, result, error = IngestionJob.Status.DONE, report.as_dict(), ""
-    if not _job_finish(job_id, worker_id, status=status, result=result, error=error):
+    if _job_finish(job_id, worker_id, status=status, result=result, error=error):
+        upload_files_remove(jobs=[job])  # done or failed: the file is not read again
+    else:
         logger.warning("Ingestion job %s was taken over by another worker; its outcome is theirs to record", job_id)
     job.refresh_from_db()
     return job
@@ -333,7 +364,7 @@ def ingestion_job_fail(*, job_id: int, message: str) -> bool:
     """
     now = timezone.now()
     claimable = Q(status=IngestionJob.Status.PENDING) | Q(status=IngestionJob.Status.RUNNING, lease_expires_at__lt=now)
-    return bool(
+    marked = bool(
         IngestionJob.objects.filter(claimable, pk=job_id).update(
             status=IngestionJob.Status.FAILED,
             result=IngestReport().as_dict(),
@@ -343,6 +374,36 @@ def ingestion_job_fail(*, job_id: int, message: str) -> bool:
             finished_at=now,
         )
     )
+    if marked:
+        upload_files_remove(jobs=IngestionJob.objects.filter(pk=job_id))
+    return marked
+
+
+def upload_files_remove(*, jobs: Iterable[IngestionJob]) -> None:
+    """Remove the stored files of ``jobs``' uploads once the current transaction commits (at once
+    outside one).
+
+    Each upload's folder (``KB_DATA_DIR/uploads/<tenant>/<random>/``) goes with its file; a job
+    that queued a path (``manage.py ingest --async``) names the user's own file, which is never
+    touched, and so is any path outside the upload folder. ``jobs`` is read now (call this before
+    deleting them); a folder already gone is no error.
+    """
+    root = (Path(settings.KB_DATA_DIR) / "uploads").resolve()
+    folders = []
+    for job in jobs:
+        if (job.options or {}).get("reader") == "path" or not job.stored_path:
+            continue
+        folder = Path(job.stored_path).parent.resolve()
+        if folder.parent.parent == root:  # uploads/<tenant>/<random>/: never anything above
+            folders.append(folder)
+    if folders:
+        transaction.on_commit(partial(_folders_remove, folders))
+
+
+def _folders_remove(folders: list[Path]) -> None:
+    # The tenant's folder stays: removing it could race with an upload creating its own folder in it.
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def ingestion_jobs_recover(*, limit: int = 500) -> list[int]:

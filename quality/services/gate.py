@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from core.audit import SYSTEM_QUALITY_GATE, audit_actor, audit_record
 from core.errors import ApplicationError, InvalidInput, PermissionDenied
 from core.models import Membership, Tenant
 from core.queue import task_enqueue
@@ -106,11 +107,25 @@ def config_change_propose(*, tenant: Tenant, user, proposed: dict) -> ConfigChan
             else:
                 locked.retrieval_config = change.new_config
                 locked.save(update_fields=["retrieval_config"])
+            _audit_change("retrieval_settings.proposed" if gated else "retrieval_settings.changed", change, user=user)
     except IntegrityError as exc:  # a concurrent proposal won the one-open-change constraint
         raise ChangeInProgress("Another change of the retrieval settings is being evaluated; wait for it.") from exc
     tenant.refresh_from_db(fields=["retrieval_config"])
     change.refresh_from_db()
     return change
+
+
+def _audit_change(action: str, change: ConfigChange, *, user=None) -> None:
+    """Record ``action`` on ``change`` in the audit log, by ``user`` (default: the context's):
+    ``{"settings": {key: [before, after]}, "status": ...}``."""
+    settings_changed = {key: [change.current_config.get(key), value] for key, value in change.proposed_config.items()}
+    audit_record(
+        action=action,
+        tenant=change.tenant_id,
+        obj=change,
+        actor=user if getattr(user, "pk", None) else None,
+        changes={"settings": settings_changed, "status": change.status},
+    )
 
 
 def _progress(change_id: int, done: int) -> None:
@@ -180,6 +195,10 @@ def config_change_evaluate(*, change_id: int) -> ConfigChange:
             locked.retrieval_config = change.new_config
             locked.save(update_fields=["retrieval_config"])
         change.save(update_fields=["deltas", "runs", "progress_done", "finished_at", "status", "error"])
+        if change.status in (ConfigChange.Status.ACCEPTED, ConfigChange.Status.REFUSED):
+            with audit_actor(SYSTEM_QUALITY_GATE):
+                accepted = change.status == ConfigChange.Status.ACCEPTED
+                _audit_change("retrieval_settings.changed" if accepted else "retrieval_settings.refused", change)
     return change
 
 
@@ -208,4 +227,5 @@ def config_change_override(*, change_id: int, user) -> ConfigChange:
         change.override_by = user
         change.override_at = timezone.now()
         change.save(update_fields=["status", "override_by", "override_at"])
+        _audit_change("retrieval_settings.overridden", change, user=user)
     return change

@@ -19,9 +19,11 @@ def client_for(user) -> APIClient:
 
 @pytest.fixture(autouse=True)
 def upload_dir(settings, tmp_path):
-    """Uploads are written under a temporary KB_DATA_DIR, never the real one."""
-    settings.KB_DATA_DIR = tmp_path
-    return tmp_path / "uploads"
+    """Uploads are written under a temporary KB_DATA_DIR (``tmp_path/data``), never the real one;
+    the rest of ``tmp_path`` is outside it, where folders may be granted to a tenant."""
+    settings.KB_DATA_DIR = tmp_path / "data"
+    settings.KB_DATA_DIR.mkdir(exist_ok=True)
+    return settings.KB_DATA_DIR / "uploads"
 
 
 @pytest.fixture

@@ -8,17 +8,18 @@ from knowledge.ingestion.readers import ReadDocument
 from knowledge.models import Document, Source, SyncRun
 from knowledge.services import documents_ingest
 from tests.api.conftest import client_for
-from tests.factories import MembershipFactory, SourceFactory
+from tests.factories import MembershipFactory, SourceFactory, folder_granted
 
 TEA = "# Green tea\n\nSteep green tea for two minutes in water just below boiling.\n"
 BREAD = "# Sourdough bread\n\nFeed the starter the night before, then knead and let the dough rise.\n"
 
 
 @pytest.fixture
-def folder(tmp_path):
-    """A folder holding two small Markdown files."""
-    root = tmp_path / "notes"
-    root.mkdir()
+def folder(tmp_path, tenant):
+    """A folder holding two small Markdown files, in a folder the operator granted to ``tenant``."""
+    folder_granted(tenant, tmp_path / "shared")
+    root = tmp_path / "shared" / "notes"
+    root.mkdir(parents=True)
     (root / "tea.md").write_text(TEA)
     (root / "bread.md").write_text(BREAD)
     return root
@@ -153,17 +154,21 @@ def test_a_run_is_found_only_under_its_own_source(folder_source, tenant, member_
     [
         ({"name": "site", "kind": "web", "location": "not a url"}, "http(s) URL"),
         ({"name": "odd", "kind": "carrier-pigeon", "location": "/tmp"}, "kind must be one of"),
-        ({"name": "notes", "kind": "folder", "location": "/srv/notes"}, "already has a source called"),
-        ({"name": "soon", "kind": "folder", "location": "/srv/soon", "sync_every": "soon"}, "sync_every"),
-        ({"name": "tiny", "kind": "folder", "location": "/srv/tiny", "sync_every": 5}, "at least one minute"),
-        ({"name": "huge", "kind": "folder", "location": "/srv/huge", "sync_every": "99999999999d"}, "sync_every"),
+        ({"name": "notes", "kind": "folder", "location": "{granted}/notes"}, "already has a source called"),
+        ({"name": "soon", "kind": "folder", "location": "{granted}/soon", "sync_every": "soon"}, "sync_every"),
+        (
+            {"name": "tiny", "kind": "folder", "location": "{granted}/tiny", "sync_every": 5},
+            "sync_every is at least 15m",
+        ),
+        ({"name": "huge", "kind": "folder", "location": "{granted}/huge", "sync_every": "99999999999d"}, "sync_every"),
         ({"name": "bare", "kind": "folder"}, "needs a location"),
         ({"name": "rel", "kind": "folder", "location": "notes/"}, "absolute path"),
-        ({"name": "typo", "kind": "folder", "location": "/srv/typo", "sync_evry": "1h"}, "sync_evry"),
+        ({"name": "typo", "kind": "folder", "location": "{granted}/typo", "sync_evry": "1h"}, "sync_evry"),
         ({"name": "pages", "kind": "web", "location": "https://example.com/", "page_limit": 0}, "page_limit"),
     ],
 )
-def test_bad_input_is_a_400_with_a_message(folder_source, admin_client, body, words):
+def test_bad_input_is_a_400_with_a_message(folder_source, folder, admin_client, body, words):
+    body = {key: value.format(granted=folder.parent) if key == "location" else value for key, value in body.items()}
     response = admin_client.post("/api/v1/sources/", body, format="json")
     assert response.status_code == 400
     assert words in str(response.json()["error"]["message"])
@@ -245,7 +250,10 @@ def test_a_folder_that_is_gone_fails_the_run_with_the_reason_and_changes_nothing
     tenant, admin_client, tmp_path, django_capture_on_commit_callbacks
 ):
     gone = Source.objects.create(
-        tenant=tenant, name="gone", kind=Source.Kind.FOLDER, location=str(tmp_path / "nowhere")
+        tenant=tenant,
+        name="gone",
+        kind=Source.Kind.FOLDER,
+        location=str(folder_granted(tenant, tmp_path / "shared") / "nowhere"),
     )
     response = sync(admin_client, gone.pk, django_capture_on_commit_callbacks)
     assert response.status_code == 202

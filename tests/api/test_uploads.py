@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
@@ -34,10 +36,10 @@ def test_uploading_a_markdown_file_queues_a_job_that_ingests_it(
     assert editor_client.get(f"/api/v1/documents/{document.pk}/").json()["versions"][0]["chunk_count"] > 0
 
 
-def test_an_upload_stores_the_file_under_the_tenants_upload_folder(
+def test_an_upload_is_stored_under_the_tenants_upload_folder_until_its_job_ends(
     tenant, admin_client, upload_dir, django_capture_on_commit_callbacks
 ):
-    with django_capture_on_commit_callbacks(execute=True):
+    with django_capture_on_commit_callbacks() as queued:  # the job is queued, not yet run
         response = upload(admin_client, "../../evil name.md", NOTE)
     assert response.status_code == 202
     job = IngestionJob.objects.get(pk=response.json()["id"])
@@ -45,6 +47,13 @@ def test_an_upload_stores_the_file_under_the_tenants_upload_folder(
     assert str(stored) == job.stored_path
     assert stored.name == "evil_name.md"
     assert stored.read_bytes() == NOTE
+
+    with django_capture_on_commit_callbacks(execute=True):
+        for run_job in queued:
+            run_job()
+    job.refresh_from_db()
+    assert job.status == IngestionJob.Status.DONE, job.error
+    assert not stored.exists() and not stored.parent.exists()  # the text lives on in the document's version
     document = Document.objects.get(tenant=tenant)
     assert document.uri == job.file_name and str(upload_dir) not in document.uri  # never the server's path
 
@@ -208,7 +217,7 @@ def test_a_very_long_file_name_is_stored_within_200_bytes(
         response = upload(editor_client, name, NOTE)
     assert response.status_code == 202
     assert editor_client.get(response.json()["urls"]["self"]).json()["status"] == "done"
-    [stored] = (upload_dir / tenant.slug).glob("*/*")
+    stored = Path(IngestionJob.objects.get(pk=response.json()["id"]).stored_path)
     assert stored.suffix == ".md"
     assert 190 < len(stored.name.encode()) <= 200
     assert stored.name == "文" * 65 + ".md"
@@ -236,3 +245,71 @@ def test_upload_options_over_the_model_limits_are_refused(tenant, editor_client,
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "invalid_input"  # the API's serializer checks the options
     assert not upload_dir.exists()
+
+
+def stored_files(upload_dir) -> list:
+    return [p for p in upload_dir.rglob("*") if p.is_file()] if upload_dir.exists() else []
+
+
+def test_a_job_that_fails_removes_its_stored_file_and_says_why_with_its_code(
+    tenant, editor_client, upload_dir, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        response = upload(editor_client, "broken.pdf", b"%PDF-1.4 and nothing a reader can use")
+    assert response.status_code == 202  # the request only checks the signature: the job reads it
+    job = editor_client.get(response.json()["urls"]["self"]).json()
+    assert job["status"] == "failed"
+    assert job["error"].startswith("broken.pdf: not a readable PDF")
+    assert job["error"].endswith("Nothing from this file was stored.")
+    assert job["result"]["error_code"] == "invalid_pdf"
+    assert stored_files(upload_dir) == []
+    assert not Document.objects.for_tenant(tenant).exists()
+
+
+def test_deleting_an_uploaded_document_removes_its_file_if_it_is_still_stored(
+    tenant, editor_client, upload_dir, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks() as queued:
+        response = upload(editor_client, "onboarding.md", NOTE)
+    job = IngestionJob.objects.get(pk=response.json()["id"])
+    with django_capture_on_commit_callbacks(execute=True):
+        for run_job in queued:
+            run_job()
+    document = Document.objects.get(tenant=tenant)
+    # A file left from before files were removed at the end of their job.
+    Path(job.stored_path).parent.mkdir(parents=True)
+    Path(job.stored_path).write_bytes(NOTE)
+
+    with django_capture_on_commit_callbacks() as on_commit:
+        assert editor_client.delete(f"/api/v1/documents/{document.pk}/").status_code == 204
+    assert Path(job.stored_path).exists()  # not before the deletion commits
+    for callback in on_commit:
+        callback()
+    assert stored_files(upload_dir) == []
+
+
+def test_deleting_a_source_removes_the_files_of_its_uploads_still_waiting(
+    tenant, admin_client, upload_dir, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks():  # queued, never run
+        response = upload(admin_client, "onboarding.md", NOTE, source="handouts")
+    assert response.status_code == 202
+    assert len(stored_files(upload_dir)) == 1
+    source = Source.objects.for_tenant(tenant).get(name="handouts")
+    with django_capture_on_commit_callbacks(execute=True):
+        assert admin_client.delete(f"/api/v1/sources/{source.pk}/").status_code == 204
+    assert stored_files(upload_dir) == []
+    assert not IngestionJob.objects.for_tenant(tenant).exists()
+
+
+def test_a_queued_path_job_never_removes_the_users_own_file(tenant, tmp_path, django_capture_on_commit_callbacks):
+    from knowledge.services import ingestion_job_run, paths_enqueue
+
+    (tmp_path / "docs").mkdir()
+    guide = tmp_path / "docs" / "guide.md"
+    guide.write_text("# Guide\n\nStep one is to read the manual carefully.")
+    with django_capture_on_commit_callbacks():
+        [job] = paths_enqueue(tenant=tenant, source=Source(tenant=tenant, name="handbook"), paths=[tmp_path / "docs"])
+    with django_capture_on_commit_callbacks(execute=True):
+        assert ingestion_job_run(job_id=job.pk).status == "done"
+    assert guide.exists()

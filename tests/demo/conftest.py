@@ -18,15 +18,20 @@ PAGES = {
 
 
 @pytest.fixture
-def data_dir(tmp_path):
-    """A ``KB_DATA_DIR`` whose downloads already hold Django's extracted docs (nothing is fetched)."""
-    docs = tmp_path / "downloads" / f"django-{DJANGO_VERSION}" / "docs"
-    for name, text in PAGES.items():
-        (docs / name).parent.mkdir(parents=True, exist_ok=True)
-        (docs / name).write_text(text)
-    return tmp_path
+def data_dir(tmp_path, settings):
+    """An empty ``KB_DATA_DIR``, beside the demo's downloads (the data directory is never granted)."""
+    settings.KB_DATA_DIR = tmp_path / "data"
+    settings.KB_DATA_DIR.mkdir()
+    return settings.KB_DATA_DIR
 
 
 @pytest.fixture
-def downloads(data_dir):
-    return data_dir / "downloads"
+def downloads(tmp_path, data_dir, settings):
+    """A ``KB_DEMO_DIR`` that already holds Django's extracted docs (nothing is fetched)."""
+    downloads = tmp_path / "demo"
+    docs = downloads / f"django-{DJANGO_VERSION}" / "docs"
+    for name, text in PAGES.items():
+        (docs / name).parent.mkdir(parents=True, exist_ok=True)
+        (docs / name).write_text(text)
+    settings.KB_DEMO_DIR = downloads
+    return downloads

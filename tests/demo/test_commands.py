@@ -6,8 +6,7 @@ from demo.management.commands import demo as demo_command
 from demo.services import EXAMPLE_QUESTION, demo_setup
 
 
-def test_demo_without_serving_prints_the_sources_and_a_cited_example_answer(data_dir, settings, db):
-    settings.KB_DATA_DIR = data_dir
+def test_demo_without_serving_prints_the_sources_and_a_cited_example_answer(downloads, db):
     out = StringIO()
 
     call_command("demo", "--no-serve", stdout=out, stderr=StringIO())

@@ -9,7 +9,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from knowledge.models import Document, Source, SyncRun
-from tests.factories import DocumentFactory, SourceFactory, UserFactory
+from tests.factories import DocumentFactory, SourceFactory, UserFactory, folder_granted
 
 ADD = "admin:knowledge_source_add"
 
@@ -68,18 +68,19 @@ def tenant_admin(client, admin_member):
 
 
 @pytest.fixture
-def folder(tmp_path):
-    """A folder holding two short Markdown pages."""
+def folder(tmp_path, tenant):
+    """A folder holding two short Markdown pages, granted to ``tenant`` by the operator."""
+    folder_granted(tenant, tmp_path)
     (tmp_path / "install.md").write_text("# Install\n\nRun the installer and follow its three steps.\n")
     (tmp_path / "upgrade.md").write_text("# Upgrade\n\nBack up the database before upgrading to a new release.\n")
     return tmp_path
 
 
 def test_a_folder_source_added_with_globs_one_per_line_and_a_schedule_of_1h_stores_a_list_and_an_hour(
-    client, tenant, superuser
+    client, tenant, superuser, folder
 ):
     form = source_form(
-        tenant, kind="folder", location="/srv/docs", include="guides/**/*.md\n\n  *.rst  \n", sync_every="1h"
+        tenant, kind="folder", location=str(folder), include="guides/**/*.md\n\n  *.rst  \n", sync_every="1h"
     )
 
     response = client.post(reverse(ADD), form)
@@ -104,8 +105,8 @@ def test_a_web_source_whose_location_is_not_a_url_is_refused_with_the_services_m
     assert not Source.objects.filter(name="docs").exists()
 
 
-def test_a_schedule_that_is_not_a_duration_is_refused_on_its_field(client, tenant, superuser):
-    response = client.post(reverse(ADD), source_form(tenant, kind="folder", location="/srv/docs", sync_every="hourly"))
+def test_a_schedule_that_is_not_a_duration_is_refused_on_its_field(client, tenant, superuser, folder):
+    response = client.post(reverse(ADD), source_form(tenant, kind="folder", location=str(folder), sync_every="hourly"))
 
     assert "30m, 1h, 1d or 1w" in response.context["adminform"].form.errors["sync_every"][0]
     assert not Source.objects.filter(name="docs").exists()
@@ -137,8 +138,10 @@ def test_sync_now_on_a_folder_sources_page_syncs_its_two_files_and_lists_the_don
     assert set(Document.objects.filter(source=source).values_list("external_id", flat=True)) == {"install", "upgrade"}
 
 
-def test_a_sources_page_lists_its_newest_twenty_runs_with_errors_as_path_and_message_lines(client, tenant, superuser):
-    source = SourceFactory(tenant=tenant, name="docs", kind="folder", location="/srv/docs")
+def test_a_sources_page_lists_its_newest_twenty_runs_with_errors_as_path_and_message_lines(
+    client, tenant, superuser, folder
+):
+    source = SourceFactory(tenant=tenant, name="docs", kind="folder", location=str(folder))
     for _ in range(21):
         SyncRun.objects.create(tenant=tenant, source=source, status="done", new=1)
     SyncRun.objects.create(
@@ -173,9 +176,11 @@ def test_the_sync_now_action_refuses_a_source_filled_by_hand_with_a_message(clie
     assert not SyncRun.objects.exists()
 
 
-def test_the_source_list_shows_the_schedule_the_last_runs_status_and_the_live_documents(client, tenant, superuser):
+def test_the_source_list_shows_the_schedule_the_last_runs_status_and_the_live_documents(
+    client, tenant, superuser, folder
+):
     source = SourceFactory(
-        tenant=tenant, name="docs", kind="folder", location="/srv/docs", sync_every=timedelta(days=1)
+        tenant=tenant, name="docs", kind="folder", location=str(folder), sync_every=timedelta(days=1)
     )
     SyncRun.objects.create(tenant=tenant, source=source, status="failed", error="No such folder.")
     DocumentFactory(source=source)
@@ -190,8 +195,10 @@ def test_the_source_list_shows_the_schedule_the_last_runs_status_and_the_live_do
     assert model_admin.document_count(row) == 1
 
 
-def test_a_tenant_admin_never_sees_another_tenants_sources_or_runs(client, tenant, other_tenant_corpus, tenant_admin):
-    ours = SourceFactory(tenant=tenant, name="docs", kind="folder", location="/srv/docs")
+def test_a_tenant_admin_never_sees_another_tenants_sources_or_runs(
+    client, tenant, other_tenant_corpus, tenant_admin, folder
+):
+    ours = SourceFactory(tenant=tenant, name="docs", kind="folder", location=str(folder))
     theirs = Source.objects.for_tenant(other_tenant_corpus).get()
     our_run = SyncRun.objects.create(tenant=tenant, source=ours, status="done")
     their_run = SyncRun.objects.create(tenant=other_tenant_corpus, source=theirs, status="done")
@@ -208,8 +215,8 @@ def test_a_tenant_admin_never_sees_another_tenants_sources_or_runs(client, tenan
     assert client.get(change_page(our_run)).status_code == 200
 
 
-def test_the_document_list_filters_documents_deleted_at_their_source(client, tenant, superuser):
-    source = SourceFactory(tenant=tenant, name="docs", kind="folder", location="/srv/docs")
+def test_the_document_list_filters_documents_deleted_at_their_source(client, tenant, superuser, folder):
+    source = SourceFactory(tenant=tenant, name="docs", kind="folder", location=str(folder))
     DocumentFactory(source=source, title="Still there")
     DocumentFactory(source=source, title="Gone", deleted_at=timezone.now())
 

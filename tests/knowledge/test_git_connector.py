@@ -13,6 +13,7 @@ from knowledge.connectors.git import GitConnector, cache_folder, commit_dates, r
 from knowledge.models import Chunk, Document
 from knowledge.services.sources import source_create
 from knowledge.services.sync import source_sync
+from tests.factories import folder_granted
 
 JAN = datetime(2024, 1, 10, 9, 0, tzinfo=UTC)
 FEB = datetime(2024, 2, 20, 14, 30, tzinfo=UTC)
@@ -55,15 +56,20 @@ class Repository:
 
 
 @pytest.fixture(autouse=True)
-def _caches_in_tmp_path(settings, tmp_path):
-    """URL sources are fetched under ``KB_DATA_DIR``: a throwaway one here."""
+def _caches_in_tmp_path(settings, tmp_path, tenant):
+    """URL sources are fetched under ``KB_DATA_DIR``: a throwaway one here, beside the repositories,
+    which the operator granted to ``tenant`` (a local repository is read only inside a grant)."""
     settings.KB_DATA_DIR = tmp_path / "kb-data"
+    settings.KB_DATA_DIR.mkdir()
+    (tmp_path / "repos").mkdir()
+    folder_granted(tenant, tmp_path / "repos")
+    settings.KB_FETCH_ALLOWED_NETWORKS = ["127.0.0.1/32"]  # the failed-fetch test's loopback remote
 
 
 @pytest.fixture
 def repository(tmp_path):
     """``handbook``: pasta.md and bike.txt committed in January, taxes.md in February, pasta.md edited in March."""
-    repo = Repository(tmp_path / "handbook")
+    repo = Repository(tmp_path / "repos" / "handbook")
     repo.commit(JAN, {"pasta.md": PASTA, "guides/bike.txt": BIKE})
     repo.commit(FEB, {"finance/taxes.md": TAXES})
     repo.commit(MAR, {"pasta.md": PASTA + "\nServe it with the sauce.\n"})
@@ -211,7 +217,7 @@ def test_uncommitted_edits_in_the_working_copy_are_ignored(tenant, repository):
 def test_a_missing_repository_fails_the_run_with_the_reason_and_changes_nothing(tenant, repository, tmp_path):
     source = git_source(tenant, repository.path)
     source_sync(source=source)
-    repository.path.rename(tmp_path / "moved")
+    repository.path.rename(tmp_path / "repos" / "moved")
 
     run = source_sync(source=source)
 
@@ -221,8 +227,8 @@ def test_a_missing_repository_fails_the_run_with_the_reason_and_changes_nothing(
 
 
 def test_a_folder_that_is_not_a_repository_fails_the_run(tenant, tmp_path):
-    (tmp_path / "plain").mkdir()
-    source = git_source(tenant, tmp_path / "plain")
+    (tmp_path / "repos" / "plain").mkdir()
+    source = git_source(tenant, tmp_path / "repos" / "plain")
 
     run = source_sync(source=source)
 
@@ -261,7 +267,7 @@ def test_a_file_url_is_fetched_into_the_cache_and_the_next_sync_fetches_new_comm
 
 
 def test_a_url_that_cannot_be_fetched_fails_the_run(tenant, tmp_path):
-    source = git_source(tenant, f"file://{tmp_path / 'nowhere'}")
+    source = git_source(tenant, f"file://{tmp_path / 'repos' / 'nowhere'}")
 
     run = source_sync(source=source)
 
@@ -271,9 +277,11 @@ def test_a_url_that_cannot_be_fetched_fails_the_run(tenant, tmp_path):
 
 def test_two_repositories_with_the_same_file_do_not_clash(tenant, tmp_path):
     for name in ("api", "wiki"):
-        Repository(tmp_path / name).commit(JAN, {"README.md": f"# {name}\n\nHow the {name} project is organised.\n"})
-    api = git_source(tenant, tmp_path / "api", name="api")
-    wiki = git_source(tenant, f"file://{tmp_path / 'wiki'}/.git", name="wiki")
+        Repository(tmp_path / "repos" / name).commit(
+            JAN, {"README.md": f"# {name}\n\nHow the {name} project is organised.\n"}
+        )
+    api = git_source(tenant, tmp_path / "repos" / "api", name="api")
+    wiki = git_source(tenant, f"file://{tmp_path / 'repos' / 'wiki'}/.git", name="wiki")
 
     assert source_sync(source=api).new == 1
     assert source_sync(source=wiki).new == 1
@@ -283,7 +291,7 @@ def test_two_repositories_with_the_same_file_do_not_clash(tenant, tmp_path):
 
 
 def test_uri_prefix_and_text_format_shape_the_documents(tenant, tmp_path):
-    repo = Repository(tmp_path / "docs.git")
+    repo = Repository(tmp_path / "repos" / "docs.git")
     repo.commit(JAN, {"ref/models.txt": "Models\n======\n\nA model is the single source of truth about your data.\n"})
     source = git_source(tenant, repo.path, uri_prefix="https://example.com/blob/main/", text_format="rst")
 
@@ -317,7 +325,7 @@ def test_a_connector_reads_from_the_branch_tip_not_a_working_tree(tenant, reposi
 
 
 def test_a_file_merged_from_a_branch_is_dated_by_its_commit_on_that_branch_not_the_merge(tmp_path):
-    repository = Repository(tmp_path / "handbook")
+    repository = Repository(tmp_path / "repos" / "handbook")
     repository.commit(JAN, {"pasta.md": PASTA, "bike.md": BIKE})
     porcelain.checkout(str(repository.path), "master", new_branch="side")
     repository.commit(FEB, {"bike.md": BIKE + "\nCheck the brakes.\n"})
@@ -339,8 +347,10 @@ def test_a_file_merged_from_a_branch_is_dated_by_its_commit_on_that_branch_not_t
 
 
 def test_a_shallow_working_copy_dates_its_files_by_its_oldest_commit(tenant, repository, tmp_path):
-    porcelain.clone(f"file://{repository.path}", str(tmp_path / "shallow"), depth=1, errstream=io.BytesIO()).close()
-    source = git_source(tenant, tmp_path / "shallow", name="shallow")
+    porcelain.clone(
+        f"file://{repository.path}", str(tmp_path / "repos" / "shallow"), depth=1, errstream=io.BytesIO()
+    ).close()
+    source = git_source(tenant, tmp_path / "repos" / "shallow", name="shallow")
 
     items = {item.key: item for item in GitConnector(source).items({})}
 
@@ -352,10 +362,10 @@ def test_a_working_copy_reads_a_branch_it_only_tracks_from_origin(tenant, reposi
     with Repo(str(repository.path)) as repo:
         first = next(iter(repo.get_walker(reverse=True))).commit.id
     porcelain.branch_create(str(repository.path), "release", objectish=first)
-    porcelain.clone(str(repository.path), str(tmp_path / "checkout"), errstream=io.BytesIO()).close()
-    with Repo(str(tmp_path / "checkout")) as checkout:
+    porcelain.clone(str(repository.path), str(tmp_path / "repos" / "checkout"), errstream=io.BytesIO()).close()
+    with Repo(str(tmp_path / "repos" / "checkout")) as checkout:
         assert b"refs/heads/release" not in checkout.refs
-    source = git_source(tenant, tmp_path / "checkout", name="checkout", branch="release")
+    source = git_source(tenant, tmp_path / "repos" / "checkout", name="checkout", branch="release")
 
     items = list(GitConnector(source).items({}))
 

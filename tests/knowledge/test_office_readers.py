@@ -277,6 +277,27 @@ def test_a_password_protected_odt_says_it_is_encrypted(tmp_path):
     assert caught.value.code == "encrypted_file"
 
 
+@pytest.mark.parametrize(("target", "encrypted"), [("soil.xhtml", True), ("fonts/serif.otf", False)])
+def test_an_epub_with_encrypted_chapters_says_so_but_obfuscated_fonts_pass(tmp_path, target, encrypted):
+    data = make_epub(tmp_path / "garden.epub").read_bytes()
+    encryption = (
+        '<?xml version="1.0"?><encryption xmlns="urn:oasis:names:tc:opendocument:xmlns:container" '
+        'xmlns:enc="http://www.w3.org/2001/04/xmlenc#"><enc:EncryptedData><enc:CipherData>'
+        f'<enc:CipherReference URI="EPUB/{target}"/></enc:CipherData></enc:EncryptedData></encryption>'
+    )
+    locked = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as source, zipfile.ZipFile(locked, "w") as target_zip:
+        for member in source.infolist():
+            target_zip.writestr(member, source.read(member))
+        target_zip.writestr("META-INF/encryption.xml", encryption)
+    if encrypted:
+        with pytest.raises(InvalidInput, match=r"^garden\.epub: the file is encrypted") as caught:
+            read_bytes(locked.getvalue(), name="garden.epub")
+        assert caught.value.code == "encrypted_file"
+    else:
+        assert read_bytes(locked.getvalue(), name="garden.epub")[0].title == "The Small Garden"
+
+
 def test_an_empty_office_file_is_refused_as_empty(tmp_path):
     import docx
 
@@ -288,12 +309,11 @@ def test_an_empty_office_file_is_refused_as_empty(tmp_path):
     assert caught.value.code == "empty_file"
 
 
-def test_a_file_that_unpacks_too_large_is_refused(tmp_path, monkeypatch):
-    from knowledge.ingestion import office
-
-    monkeypatch.setattr(office, "MAX_UNPACKED_BYTES", 1000)
-    with pytest.raises(InvalidInput, match=r"^travel\.docx: the file unpacks to more than"):
+def test_a_file_that_unpacks_past_the_cap_is_refused_as_an_archive_bomb(tmp_path, settings):
+    settings.KB_PARSE_MAX_UNPACKED_MB = 0.01  # about 10 KB: less than any Word document
+    with pytest.raises(InvalidInput, match=r"^travel\.docx: the file unpacks to .* more than the limit of") as caught:
         read(make_docx(tmp_path / "travel.docx"))
+    assert caught.value.code == "archive_bomb"
 
 
 def test_a_folder_with_a_corrupt_docx_among_good_files_stores_nothing(tenant, source, tmp_path):

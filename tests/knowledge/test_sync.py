@@ -15,6 +15,7 @@ from knowledge.selectors import document_list, source_overview
 from knowledge.services.sources import source_create
 from knowledge.services.sync import source_sync, sources_sync_due, sync_run_request
 from retrieval.search import chunk_search
+from tests.factories import folder_granted
 
 PAGES = {
     "guide/boiling.md": "# Boiling eggs\n\nPut the eggs in boiling water for seven minutes, then cool them in ice water.",
@@ -30,10 +31,11 @@ def write(folder, pages):
 
 
 @pytest.fixture
-def docs(tmp_path):
+def docs(tmp_path, tenant):
+    """A folder of three pages, granted to ``tenant``."""
     folder = tmp_path / "docs"
     write(folder, PAGES)
-    return folder
+    return folder_granted(tenant, folder)
 
 
 @pytest.fixture
@@ -57,8 +59,8 @@ def test_a_first_sync_reads_every_file_of_the_folder(tenant, folder_source):
 def test_a_second_sync_of_an_untouched_folder_reads_nothing_and_finds_nothing_new(tenant, folder_source, monkeypatch):
     source_sync(source=folder_source)
     reads = []
-    real_read = folder_connector.read_path
-    monkeypatch.setattr(folder_connector, "read_path", lambda *a, **k: reads.append(a) or real_read(*a, **k))
+    real_read = folder_connector.read_bytes
+    monkeypatch.setattr(folder_connector, "read_bytes", lambda *a, **k: reads.append(a) or real_read(*a, **k))
 
     run = source_sync(source=folder_source)
 

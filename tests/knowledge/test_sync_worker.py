@@ -10,6 +10,7 @@ from django.utils import timezone
 from knowledge.models import Document, DocumentVersion, SyncRun
 from knowledge.services.sources import source_create
 from knowledge.services.sync import BATCH_DOCUMENTS, sync_run_request
+from tests.factories import folder_granted
 from tests.knowledge.test_jobs import BROKER, VISIBILITY_S, Worker, _bulk_jsonl, job_queue  # noqa: F401, F811
 
 FILES = BATCH_DOCUMENTS * 2  # two ingestion batches: the worker is killed after the first
@@ -28,9 +29,9 @@ def sync_queue(job_queue):  # noqa: F811
 
 @pytest.mark.django_db(transaction=True)
 def test_a_sync_whose_worker_is_killed_midway_is_finished_by_the_next_worker(tenant, sync_queue, settings, tmp_path):
-    settings.KB_DATA_DIR = tmp_path
-    folder = tmp_path / "bulk"
-    folder.mkdir()
+    settings.KB_DATA_DIR = tmp_path / "data"
+    settings.KB_DATA_DIR.mkdir()
+    folder = folder_granted(tenant, tmp_path / "bulk")
     for n, line in enumerate(_bulk_jsonl(FILES).decode().splitlines()):
         (folder / f"page-{n:03d}.txt").write_text(line[line.index('"text": "') + 9 :][:1500])  # about two chunks
     source = source_create(tenant=tenant, name="bulk", kind="folder", location=str(folder))

@@ -1,10 +1,11 @@
-"""A small web site on 127.0.0.1 for the web connector's tests and benchmarks.
+"""A small web site on 127.0.0.1 (or another loopback ``host``) for the web connector's tests and benchmarks.
 
 ``WebSite(pages)`` serves ``pages``, a dict of path (with its query, if any) -> ``Response``,
 ``(status, body)`` or ``(status, body, headers)``, from a thread; tests change the dict between
 syncs. A path that is not in it answers 404. A request whose ``If-None-Match`` equals the page's
 ``ETag`` (or whose ``If-Modified-Since`` equals its ``Last-Modified``) answers 304 without a body.
-``hits`` counts requests per path, ``log`` lists ``(path, status)`` in order.
+``hits`` counts requests per path, ``log`` lists ``(path, status)`` in order, ``connections``
+counts the TCP connections accepted (a client that connects and sends nothing counts too).
 
 ``site_pages(n)`` makes ``n`` short, distinct HTML pages under ``/docs/`` with ETags, and a
 sitemap listing them::
@@ -37,9 +38,9 @@ def _response(entry) -> Response:
 
 
 class WebSite:
-    """A web site serving ``pages`` (module docstring) on ``http://127.0.0.1:<port>``."""
+    """A web site serving ``pages`` (module docstring) on ``http://<host>:<port>``."""
 
-    def __init__(self, pages: dict | None = None):
+    def __init__(self, pages: dict | None = None, *, host: str = "127.0.0.1"):
         self.pages: dict = dict(pages or {})
         self.hits: Counter[str] = Counter()
         self.log: list[tuple[str, int]] = []
@@ -55,13 +56,22 @@ class WebSite:
             def log_message(self, format, *args):  # quiet
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.host = host
+        self.connections = 0
+
+        class Server(ThreadingHTTPServer):
+            def verify_request(self, request, client_address):
+                with site._lock:
+                    site.connections += 1
+                return True
+
+        self.server = Server((host, 0), Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self._thread: threading.Thread | None = None
 
     def url(self, path: str = "/") -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
+        return f"http://{self.host}:{self.port}{path}"
 
     def start(self) -> WebSite:
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -90,6 +100,7 @@ class WebSite:
         with self._lock:
             self.hits.clear()
             self.log.clear()
+            self.connections = 0
 
     def _answer(self, handler: BaseHTTPRequestHandler) -> None:
         path = handler.path

@@ -121,15 +121,13 @@ def test_an_upload_source_hidden_from_the_editor_is_neither_offered_nor_written_
 
 
 def test_a_refused_file_shows_its_message_and_the_good_file_of_the_same_post_is_stored(
-    client, tenant, editor, settings, django_capture_on_commit_callbacks
+    client, tenant, editor, django_capture_on_commit_callbacks
 ):
-    settings.KB_MAX_UPLOAD_BYTES = 2000
     client.force_login(editor)
     files = [
         md("onboarding.md", ONBOARDING),
         SimpleUploadedFile("setup.exe", b"MZ\x90\x00binary"),
         md("empty.md", b""),
-        md("huge.md", b"# Huge\n\n" + b"word " * 1000),
     ]
     with django_capture_on_commit_callbacks(execute=True):
         response = client.post(SOURCES, {"files": files, "new_source": "handouts"}, follow=True)
@@ -137,9 +135,29 @@ def test_a_refused_file_shows_its_message_and_the_good_file_of_the_same_post_is_
     assert response.redirect_chain[-1][1] == 302
     assert "setup.exe: unsupported file type .exe" in html
     assert "empty.md: the file is empty." in html
-    assert "huge.md: the file is larger than 2000 bytes." in html
     assert [job.file_name for job in IngestionJob.objects.all()] == ["onboarding.md"]
     assert Document.objects.for_tenant(tenant).get().title == "Onboarding"
+
+
+def test_a_file_over_the_limit_stops_the_whole_post_and_the_form_says_why_with_csrf_checked(
+    tenant, editor, settings, upload_dir
+):
+    """The CSRF middleware reads the body before the view: the refusal must reach the form, not
+    be a 500 or a CSRF failure."""
+    from django.test import Client
+
+    settings.KB_MAX_UPLOAD_BYTES = 2000
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(editor)
+    client.get(SOURCES)  # sets the CSRF cookie
+    token = client.cookies["csrftoken"].value
+    files = [md("onboarding.md", ONBOARDING), md("huge.md", b"# Huge\n\n" + b"word " * 1000)]
+    response = client.post(SOURCES, {"csrfmiddlewaretoken": token, "files": files, "new_source": "handouts"})
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert "huge.md: the file is larger than 2,000 bytes (the limit for one file). Nothing was uploaded." in html
+    assert not IngestionJob.objects.exists() and not Source.objects.filter(name="handouts").exists()
+    assert not upload_dir.exists() or not any(upload_dir.rglob("*.*"))
 
 
 def test_when_every_file_is_refused_the_form_comes_back_with_the_reasons(client, tenant, editor):
@@ -245,3 +263,23 @@ def test_the_sources_page_shows_each_sources_kind_and_a_synced_sources_last_sync
     assert "Web site" in rows["site"] and "never synced" in rows["site"]
     assert "Failed: The site did not answer." in rows["site"]
     assert "Files" in rows["handbook"] and "not synced" in rows["handbook"]
+
+
+def test_a_submission_over_the_request_limit_is_refused_before_its_files_are_read_and_the_form_says_why(
+    tenant, editor, settings, upload_dir
+):
+    from django.test import Client
+
+    settings.KB_MAX_UPLOAD_REQUEST_BYTES = 4096  # each file is under the per-file limit; together they are not
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(editor)
+    client.get(SOURCES)
+    token = client.cookies["csrftoken"].value
+    files = [md(f"part{n}.md", b"# Part\n\n" + b"word " * 300) for n in range(3)]
+    response = client.post(SOURCES, {"csrfmiddlewaretoken": token, "files": files, "new_source": "handouts"})
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert (
+        "the limit for one upload is 4,096 bytes. Send fewer or smaller files at a time. Nothing was uploaded." in html
+    )
+    assert not IngestionJob.objects.exists() and not upload_dir.exists()

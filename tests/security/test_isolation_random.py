@@ -13,7 +13,9 @@ calls the API with a membership token of their own, and names the other tenant i
 Objects: documents (ids, versions and diffs), sources (filters, profile preferences, the sources
 API and sync runs), conversations (read, continue, unfold, delete), traces (read, feedback, citation opens, portal
 citation links), feedback (admin), jobs, retrieval-settings changes (read, override), tenants
-(switcher). The portal is tried plain and as htmx (``HX-Request``) for the fragment views.
+(switcher), and the side doors: sources pointed at each tenant's uploads and git cache in the data
+directory and at a loopback page holding each tenant's restricted text, synced and then searched,
+and uploads. The portal is tried plain and as htmx (``HX-Request``) for the fragment views.
 
 The second test repeats the API and portal probes in a deliberately broken build whose
 application tenant filter is removed (``for_tenant`` keeps every row, the retrievers' SQL names
@@ -26,18 +28,23 @@ import io
 import json
 import os
 import random
+from pathlib import Path
 
 import pytest
 from django.contrib import admin
 from django.contrib.auth.models import Permission
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.test import Client
+from django.test import Client, TestCase
 from django.urls import reverse
+from dulwich import porcelain
 
 from core.memberships import membership_token_create
 from core.models import Membership, Tenant
 from core.tenancy import TenantScopedQuerySet
+from knowledge import folder_grants
+from knowledge.connectors import folder as folder_connector
 from knowledge.models import IngestionJob, SyncRun
 from people.models import Conversation, Feedback
 from quality.models import ConfigChange
@@ -45,6 +52,7 @@ from retrieval.filters import RetrievalFilter
 from retrieval.models import Trace
 from tests.acl_world import markers, tenant_world
 from tests.api.conftest import client_for
+from tests.knowledge.web_site import WebSite
 
 QUESTIONS = [
     "bicycle tyre puncture patch glue",
@@ -58,14 +66,42 @@ MODES = ("hybrid", "lexical", "dense")
 
 @pytest.fixture(autouse=True)
 def upload_dir(settings, tmp_path):
-    settings.KB_DATA_DIR = tmp_path
+    settings.KB_DATA_DIR = tmp_path / "data"
+    settings.KB_DATA_DIR.mkdir()
     settings.KB_TRACING = True
 
 
+def _side_doors(worlds, data_dir: Path) -> dict:
+    """Each tenant's restricted text where a side door would find it: an upload left in the data
+    directory, a fetched repository in the git cache, and a page on a loopback server. Returns the
+    locations (``ids["side_doors"]``) and the server (to close)."""
+    folders, caches = [], []
+    for world in worlds.values():
+        text = world.documents["board"].versions.get().text
+        upload = data_dir / "uploads" / world.tenant.slug / "0a"
+        upload.mkdir(parents=True)
+        (upload / "minutes.md").write_text(text)
+        folders.append(str(data_dir / "uploads" / world.tenant.slug))
+        work = data_dir.parent / f"work-{world.tenant.slug}"
+        porcelain.init(str(work)).close()
+        (work / "minutes.md").write_text(text)
+        porcelain.add(str(work), paths=[str(work / "minutes.md")])
+        porcelain.commit(str(work), message=b"minutes", author=b"A <a@x>", committer=b"A <a@x>")
+        cache = data_dir / "git" / str(world.tenant.pk) / str(world.sources["board"].pk)
+        cache.parent.mkdir(parents=True)
+        porcelain.clone(str(work), str(cache), bare=True, errstream=io.BytesIO()).close()
+        caches.append(str(cache))
+    pages = {f"/{w.tenant.slug}": (200, w.documents["board"].versions.get().text) for w in worlds.values()}
+    site = WebSite({**pages, "/robots.txt": (404, "")}).start()
+    urls = [site.url(path) for path in pages] + [f"http://localhost:{site.port}{path}" for path in pages]
+    return {"folders": folders, "caches": caches, "urls": urls, "site": site}
+
+
 @pytest.fixture
-def worlds(db):
+def worlds(db, tmp_path):
     """Both tenants, with conversations, traces, feedback and a job of the users who may see most."""
     worlds = {slug: tenant_world(slug) for slug in ("acme", "bolt")}
+    side_doors = _side_doors(worlds, tmp_path / "data")
     # A member of both tenants, in neither's restricted group.
     roamer = worlds["acme"].users["member"].__class__.objects.create_user(username="roamer", password="pass-word-123")
     for world in worlds.values():
@@ -100,7 +136,9 @@ def worlds(db):
             HTTP_X_TENANT=world.tenant.slug,
         )
         assert answer.status_code == 200, answer.content
-    return worlds
+    worlds["acme"].side_doors = side_doors
+    yield worlds
+    side_doors["site"].close()
 
 
 class Probe:
@@ -169,6 +207,7 @@ def object_ids(worlds):
         "source": sorted({name for w in worlds.values() for name in w.sources}),
         "change": list(ConfigChange.objects.values_list("pk", flat=True)),
         "tenant": sorted(worlds),
+        "side_doors": getattr(worlds["acme"], "side_doors", {}),
     }
 
 
@@ -186,6 +225,45 @@ def _delete_unless_own(api, p: Probe, pk: int):
     response = api.delete(f"/api/v1/conversations/{pk}/")
     assert response.status_code == 404, (p.user.username, pk, response.status_code)
     return response
+
+
+def _side_door(api, body: dict, question: str):
+    """Create ``body`` as a source; if that is allowed, sync it and search: the response to check.
+
+    Whoever may not manage sources gets a 403, an admin a 400: no side door may open."""
+    created = api.post("/api/v1/sources/", {"crawl_delay_s": 0.5, **body}, format="json")
+    if created.status_code != 201:
+        assert created.status_code in (400, 403), created.content
+        return created
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        api.post(f"/api/v1/sources/{created.json()['id']}/sync/")
+    return api.post("/api/v1/search/", {"query": question, "k": 50, "mode": "lexical"}, format="json")
+
+
+def _upload(api, rng: random.Random):
+    """Upload a note (editors and above; 403 below): the job and its documents stay in the tenant."""
+    name = f"note-{rng.randrange(10**6)}.md"
+    data = b"# Note\n\nPatch the bicycle tyre puncture with glue.\n"
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        response = api.post("/api/v1/documents/", {"file": SimpleUploadedFile(name, data)}, format="multipart")
+    assert response.status_code in (202, 403, 429), response.content
+    return response
+
+
+def side_door_probes(p: Probe, ids: dict) -> list:
+    """Sources at every tenant's uploads, git cache and loopback page; an upload."""
+    doors = ids["side_doors"]
+    question = "board handbook note patch the bicycle tyre puncture"
+    bodies = [{"kind": "folder", "location": folder} for folder in doors["folders"]]
+    bodies += [{"kind": "git", "location": cache} for cache in doors["caches"]]
+    bodies += [{"kind": "git", "location": f"file://{cache}"} for cache in doors["caches"]]
+    bodies += [{"kind": "web", "location": url} for url in doors["urls"]]
+    probes = []
+    for n, body in enumerate(bodies):
+        body = {"name": f"door-{p.who}-{n}", **body}
+        probes.append((f"POST source {body}", lambda b=body: _side_door(p.api, b, question)))
+    probes.append(("POST upload", lambda: _upload(p.api, p.rng)))
+    return probes
 
 
 def api_probes(p: Probe, ids: dict) -> list:
@@ -432,7 +510,12 @@ def test_no_user_of_any_role_or_grant_sees_a_document_they_may_not_see_anywhere(
     total = 0
     for slug, who in users:
         probe = Probe(worlds, slug, who, rng)
-        probes = api_probes(probe, ids) + portal_probes(probe, ids) + admin_probes(probe, ids, worlds)
+        probes = (
+            api_probes(probe, ids)
+            + portal_probes(probe, ids)
+            + admin_probes(probe, ids, worlds)
+            + side_door_probes(probe, ids)
+        )
         rng.shuffle(probes)
         for what, call in probes:
             probe.response(what, call())
@@ -504,3 +587,21 @@ def test_the_probes_would_catch_a_leak(worlds):
     body = owner.get(f"/api/v1/documents/{worlds['acme'].documents['board'].pk}/").content
     with pytest.raises(AssertionError, match="LEAK"):
         member.check("owner's view", body)
+
+
+def test_the_side_door_probes_would_catch_a_leak(worlds, monkeypatch):
+    """The side doors are really closed by the guards: with the folder grants switched off, an
+    admin's folder source at the other tenant's uploads shows that tenant's restricted text."""
+    from knowledge.folder_grants import path_real
+    from knowledge.services import sources as source_services
+
+    monkeypatch.setattr(source_services, "folder_location_check", lambda *, tenant, location: path_real(location))
+    monkeypatch.setattr(folder_connector, "folder_location_check", lambda *, tenant, location: path_real(location))
+    monkeypatch.setattr(folder_grants, "path_in_data_dir", lambda path: False)
+    probe = Probe(worlds, "acme", "admin", random.Random(0))
+    bolt_uploads = next(f for f in object_ids(worlds)["side_doors"]["folders"] if f.endswith("/bolt"))
+    with pytest.raises(AssertionError, match="LEAK"):
+        probe.response(
+            "folder at bolt's uploads",
+            _side_door(probe.api, {"name": "door", "kind": "folder", "location": bolt_uploads}, "board handbook note"),
+        )

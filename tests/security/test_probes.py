@@ -128,8 +128,8 @@ def test_a_300_cjk_character_file_name_is_stored_within_the_file_system_limit(
         response = upload(editor_client, "文" * 300 + ".md", NOTE)
     assert response.status_code == 202
     assert editor_client.get(response.json()["urls"]["self"]).json()["status"] == "done"
-    [stored] = [p for p in upload_dir.rglob("*") if p.is_file()]
-    assert len(stored.name.encode()) <= 200
+    stored = IngestionJob.objects.get(pk=response.json()["id"]).stored_path
+    assert len(os.path.basename(stored).encode()) <= 200
 
 
 def test_a_rejected_upload_with_a_300_cjk_character_name_leaves_no_folder(corpus, editor_client, upload_dir):

@@ -33,7 +33,7 @@ class Command(TenantCommand):
         started = time.perf_counter()
         call_command("migrate", verbosity=0)
         setup = demo_setup(
-            downloads=settings.KB_DATA_DIR / "downloads",
+            downloads=settings.KB_DEMO_DIR,
             progress=True,
             log=self.stdout.write,
             on_source=self._source_done,

@@ -1,18 +1,23 @@
 import json
 
 from django.core.management.base import CommandError
+from django.db import transaction
 
+from core.audit import OPERATOR_CLI, audit_actor
 from core.commands import TenantCommand
+from knowledge.connectors.git import location_is_url
+from knowledge.folder_grants import folder_grant_add
 from knowledge.models import Source
 from knowledge.selectors import source_overview_with_last_sync
-from knowledge.services.sources import source_create
+from knowledge.services.sources import duration_parse, source_create
 from knowledge.services.sync import source_sync
 
 
 class Command(TenantCommand):
     help = (
         "Connector sources: `source add --tenant T --name N --kind folder|web|git --location L [--every 1h] "
-        "[--include GLOB] [--exclude GLOB]`, `source sync --tenant T --name N [--json]` (runs here and prints "
+        "[--include GLOB] [--exclude GLOB]` (a folder, or a git repository on this machine, is granted to the "
+        "tenant: `folderroots`), `source sync --tenant T --name N [--json]` (runs here and prints "
         "the new/updated/unchanged/deleted/failed counts), `source list --tenant T [--json]`."
     )
 
@@ -47,10 +52,38 @@ class Command(TenantCommand):
 
     def handle(self, *args, **o):
         tenant = self.tenant(o["tenant"])
-        getattr(self, f"_{o['action']}")(tenant, o)
+        with audit_actor(OPERATOR_CLI):
+            getattr(self, f"_{o['action']}")(tenant, o)
+
+    def _grant(self, tenant, o) -> None:
+        """The operator adding a folder (or local git) source grants its location to the tenant."""
+        location = o["location"].strip()
+        if o["kind"] == Source.Kind.WEB or (o["kind"] == Source.Kind.GIT and location_is_url(location)):
+            if not location.startswith("file://"):
+                return
+            location = location.removeprefix("file://")
+        grant, created = folder_grant_add(tenant=tenant, path=location, granted_by=OPERATOR_CLI)
+        if created and not o["json"]:
+            self.stdout.write(
+                f"Granted {grant.path} to {tenant.slug} (`manage.py folderroots {tenant.slug}` lists grants)."
+            )
 
     def _add(self, tenant, o):
-        source = source_create(
+        duration_parse(o["every"])  # a bad schedule is told before anything is granted
+        with transaction.atomic():  # a refused source leaves no grant behind
+            self._grant(tenant, o)
+            source = self._create(tenant, o)
+        if not o["json"]:
+            every = f", synced every {source.sync_every}" if source.sync_every else ", synced by hand"
+            self.stdout.write(f"Added the {source.kind} source {source.name!r} ({source.location}{every}).")
+        if o["sync"]:
+            self._report(source_sync(source=source), o)
+        elif o["json"]:
+            self.stdout.write(json.dumps({"id": source.pk, "name": source.name}))
+
+    @staticmethod
+    def _create(tenant, o) -> Source:
+        return source_create(
             tenant=tenant,
             name=o["name"],
             kind=o["kind"],
@@ -64,13 +97,6 @@ class Command(TenantCommand):
             crawl_delay_s=o["delay"],
             sync_every=o["every"],
         )
-        if not o["json"]:
-            every = f", synced every {source.sync_every}" if source.sync_every else ", synced by hand"
-            self.stdout.write(f"Added the {source.kind} source {source.name!r} ({source.location}{every}).")
-        if o["sync"]:
-            self._report(source_sync(source=source), o)
-        elif o["json"]:
-            self.stdout.write(json.dumps({"id": source.pk, "name": source.name}))
 
     def _sync(self, tenant, o):
         source = Source.objects.for_tenant(tenant).filter(name=o["name"]).first()

@@ -1,0 +1,139 @@
+"""The parse sandbox: a forked child with its own memory and CPU limits, whose result or error
+comes back through a pipe (knowledge.ingestion.sandbox)."""
+
+import logging
+import os
+import signal
+import time
+from datetime import UTC, datetime
+
+import pytest
+
+from core.errors import InvalidInput, UnsupportedFileType
+from knowledge.ingestion import sandbox
+from knowledge.ingestion.documents import ReadDocument, Section
+from knowledge.ingestion.readers import read_bytes
+from tests.knowledge.test_office_readers import make_docx
+from tests.security.attack_files import pdf_of_texts
+
+
+def test_a_parse_in_the_child_returns_its_documents_to_the_parent():
+    document = ReadDocument(
+        external_id="a",
+        title="Title",
+        text="Title\n\nBody",
+        sections=[Section(heading="Title", start=0)],
+        published_at=datetime(2025, 1, 2, tzinfo=UTC),
+        metadata={"pages": 3},
+    )
+    assert sandbox.parse_isolated(lambda: [document], name="a.pdf") == [document]
+
+
+def test_the_child_is_another_process_and_leaves_no_zombie():
+    pid = sandbox.parse_isolated(os.getpid, name="a.pdf")
+    assert pid != os.getpid()
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # already reaped
+
+
+def test_an_application_error_raised_in_the_child_comes_back_with_its_code_and_message():
+    def refuse():
+        raise InvalidInput("a.pdf: the PDF has 3,000 pages; the limit is 2,000.", code="document_too_large")
+
+    with pytest.raises(InvalidInput) as caught:
+        sandbox.parse_isolated(refuse, name="a.pdf")
+    assert caught.value.code == "document_too_large"
+    assert caught.value.message == "a.pdf: the PDF has 3,000 pages; the limit is 2,000."
+
+    def unsupported():
+        raise UnsupportedFileType("a.xyz: unsupported file type .xyz.")
+
+    with pytest.raises(UnsupportedFileType):
+        sandbox.parse_isolated(unsupported, name="a.xyz")
+
+
+def test_a_library_error_in_the_child_is_a_parse_failure_naming_the_file():
+    def broken():
+        raise KeyError("/Root")
+
+    with pytest.raises(InvalidInput, match=r"^a\.pdf: the file could not be read \(KeyError\)") as caught:
+        sandbox.parse_isolated(broken, name="a.pdf")
+    assert caught.value.code == "parse_failed"
+
+
+def test_a_parse_that_allocates_past_the_memory_limit_is_document_too_large(settings):
+    settings.KB_PARSE_MEMORY_MB = 64
+    with pytest.raises(InvalidInput, match=r"needs more than 64 MB of memory") as caught:
+        sandbox.parse_isolated(lambda: len(bytearray(200 * 2**20)), name="big.docx")
+    assert caught.value.code == "document_too_large"
+    assert sandbox.parse_isolated(lambda: len(bytearray(16 * 2**20)), name="small.docx") == 16 * 2**20
+
+
+def test_a_parse_that_spins_past_the_cpu_limit_is_killed_and_is_a_parse_timeout(settings):
+    settings.KB_PARSE_TIMEOUT_S = 1
+    started = time.monotonic()
+    with pytest.raises(InvalidInput, match=r"^spin\.pdf: reading the file took longer than 1 s") as caught:
+        sandbox.parse_isolated(lambda: [n for n in iter(int, 1)], name="spin.pdf")
+    assert caught.value.code == "parse_timeout"
+    assert time.monotonic() - started < 1 + sandbox.GRACE_S + 2
+
+
+def test_a_parse_that_sleeps_past_the_wall_time_limit_is_killed_and_is_a_parse_timeout(settings):
+    settings.KB_PARSE_TIMEOUT_S = 1
+    started = time.monotonic()
+    with pytest.raises(InvalidInput) as caught:
+        sandbox.parse_isolated(lambda: time.sleep(60), name="stuck.pdf")  # no CPU: only the wall clock stops it
+    assert caught.value.code == "parse_timeout"
+    assert time.monotonic() - started < 1 + sandbox.GRACE_S + 2
+
+
+def test_a_child_that_crashes_is_a_parse_failure_saying_how():
+    with pytest.raises(InvalidInput, match=r"stopped unexpectedly \(signal SIGSEGV\)") as caught:
+        sandbox.parse_isolated(lambda: os.kill(os.getpid(), signal.SIGSEGV), name="crash.pdf")
+    assert caught.value.code == "parse_failed"
+
+
+def test_a_child_killed_from_outside_not_for_cpu_is_taken_for_memory():
+    with pytest.raises(InvalidInput) as caught:
+        sandbox.parse_isolated(lambda: os.kill(os.getpid(), signal.SIGKILL), name="oom.pdf")
+    assert caught.value.code == "document_too_large"
+
+
+def test_a_reply_holding_anything_but_documents_errors_and_dates_is_refused_by_the_parent():
+    with pytest.raises(InvalidInput) as caught:
+        sandbox.parse_isolated(lambda: logging.getLogger("x"), name="odd.pdf")  # a class not on the allow-list
+    assert caught.value.code == "parse_failed"
+
+
+def test_the_child_closes_the_file_descriptors_it_inherited(tmp_path):
+    with open(tmp_path / "secret.txt", "w") as secret:
+        fd = secret.fileno()
+
+        def probe():
+            try:
+                os.fstat(fd)
+            except OSError:
+                return "closed"
+            return "open"
+
+        assert sandbox.parse_isolated(probe, name="a.pdf") == "closed"
+        os.fstat(fd)  # still open here
+
+
+def test_the_child_reports_its_time_and_memory(caplog):
+    with caplog.at_level(logging.DEBUG, logger="knowledge.ingestion.sandbox"):
+        sandbox.parse_isolated(lambda: len(b"x" * (50 * 2**20)), name="a.pdf")  # written: resident
+    [record] = [r for r in caplog.records if r.name == "knowledge.ingestion.sandbox"]
+    grew_mb = (record.child_peak_rss_kb - record.child_start_rss_kb) / 1024
+    assert 45 < grew_mb < 200
+    assert record.parse_wall_s < 10
+
+
+def test_pdf_and_office_files_are_read_in_the_child_and_text_formats_in_this_process(tmp_path, monkeypatch):
+    calls = []
+    real = sandbox.parse_isolated
+    monkeypatch.setattr(sandbox, "parse_isolated", lambda parse, **kw: calls.append(kw["name"]) or real(parse, **kw))
+    assert read_bytes(pdf_of_texts(["Quarterly travel policy"]), name="policy.pdf")[0].text == "Quarterly travel policy"
+    assert read_bytes(make_docx(tmp_path / "travel.docx").read_bytes(), name="travel.docx")[0].title == "Travel policy"
+    assert read_bytes(b"# Notes\n\nPlain text.", name="notes.md")[0].title == "Notes"
+    assert calls == ["policy.pdf", "travel.docx"]

@@ -1,0 +1,95 @@
+"""The LLM tokens quota: a tenant that used its tokens of the last 24 hours is answered without the LLM."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from core.models import TenantQuota
+from core.quotas import MB
+from retrieval.models import Trace
+from retrieval.pipeline import pipeline_answer
+from retrieval.quotas import QuotaUsage, llm_tokens_used, quota_usage
+from tests.factories import TraceFactory
+from tests.retrieval.doubles import ScriptedLLM
+
+QUESTION = "How long do I boil spaghetti?"
+
+
+@pytest.fixture(autouse=True)
+def no_installation_limits(settings):
+    for name in ("DOCUMENTS", "STORED_MB", "CHUNKS", "SOURCES", "SYNCS_PER_DAY", "LLM_TOKENS_PER_DAY"):
+        setattr(settings, f"KB_QUOTA_{name}", None)
+
+
+def traced(tenant, *, tokens_in: int, tokens_out: int = 0, hours_ago: float = 1) -> Trace:
+    trace = TraceFactory(tenant=tenant, tokens_in=tokens_in, tokens_out=tokens_out)
+    Trace.objects.filter(pk=trace.pk).update(created_at=timezone.now() - timedelta(hours=hours_ago))
+    return trace
+
+
+def test_the_tokens_of_the_last_24_hours_answers_are_counted_and_older_ones_are_not(corpus, other_tenant_corpus):
+    traced(corpus, tokens_in=700, tokens_out=50)
+    traced(corpus, tokens_in=200, tokens_out=50, hours_ago=23)
+    traced(corpus, tokens_in=10_000, hours_ago=25)
+    traced(other_tenant_corpus, tokens_in=10_000)
+
+    assert llm_tokens_used(tenant=corpus) == 1000
+
+
+def test_an_answer_over_the_token_limit_is_extractive_degraded_and_gives_the_figures(corpus):
+    TenantQuota.objects.create(tenant=corpus, max_llm_tokens_per_day=1000)
+    traced(corpus, tokens_in=900, tokens_out=150)
+    llm = ScriptedLLM(chat_reply="Boil it for nine to eleven minutes [1].")
+
+    run = pipeline_answer(tenant=corpus, question=QUESTION, llm=llm)
+
+    assert llm.calls == []
+    assert run.answer.mode == "extractive" and run.answer.citations
+    assert run.degraded
+    assert run.degraded_reason == (
+        "quota_exceeded: This tenant may use 1,000 LLM tokens a day and has used 1,050 in the last 24 hours; "
+        "try again later or ask the operator to raise the limit."
+    )
+    assert Trace.objects.get(pk=run.trace_id).error == run.degraded_reason
+
+
+def test_an_answer_under_the_token_limit_uses_the_llm_and_its_tokens_count_towards_the_next(corpus):
+    TenantQuota.objects.create(tenant=corpus, max_llm_tokens_per_day=1000)
+    traced(corpus, tokens_in=800)
+    llm = ScriptedLLM(chat_reply="Boil it for nine to eleven minutes [1].")
+
+    run = pipeline_answer(tenant=corpus, question=QUESTION, llm=llm)
+
+    assert llm.calls and not run.degraded
+    assert run.usage.tokens_in + run.usage.tokens_out > 0
+    assert llm_tokens_used(tenant=corpus) == 800 + run.usage.tokens_in + run.usage.tokens_out
+    assert quota_usage(tenant=corpus)["llm_tokens_per_day"].used == llm_tokens_used(tenant=corpus)
+
+
+def test_a_tenant_with_a_token_limit_is_traced_even_when_tracing_is_off(corpus, settings):
+    settings.KB_TRACING = False
+    untraced = pipeline_answer(tenant=corpus, question=QUESTION, llm=ScriptedLLM(chat_reply="Nine minutes [1]."))
+    TenantQuota.objects.create(tenant=corpus, max_llm_tokens_per_day=100_000)
+
+    metered = pipeline_answer(tenant=corpus, question=QUESTION, llm=ScriptedLLM(chat_reply="Nine minutes [1]."))
+
+    assert untraced.trace_id is None
+    assert metered.trace_id is not None and llm_tokens_used(tenant=corpus) > 0
+
+
+def test_runs_without_a_trace_such_as_evaluations_are_neither_metered_nor_limited(corpus):
+    TenantQuota.objects.create(tenant=corpus, max_llm_tokens_per_day=0)
+    llm = ScriptedLLM(chat_reply="Boil it for nine to eleven minutes [1].")
+
+    run = pipeline_answer(tenant=corpus, question=QUESTION, llm=llm, trace=False)
+
+    assert llm.calls and not run.degraded and run.trace_id is None
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(None, "unlimited"), (677, "677 bytes"), (12_800, "12.5 KB"), (5 * MB, "5.0 MB"), (1536 * MB, "1,536.0 MB")],
+)
+def test_stored_bytes_are_shown_in_binary_units_for_people(value, shown):
+    assert QuotaUsage(name="stored_bytes", limit=None, used=0).text(value) == shown
