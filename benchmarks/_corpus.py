@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from _toolkit import percentile
 
 ROOT = Path(__file__).resolve().parent.parent
 DATASETS = Path(os.environ.get("KB_BENCH_DATASETS", ROOT.parent / "shared" / "datasets"))
@@ -284,12 +285,6 @@ def benchmark_questions(limit: int) -> list[str]:
 def question_vectors(questions: list[str]) -> np.ndarray:
     """Real embeddings of ``questions`` (cached like ``base_vectors``): searches are timed without embedding."""
     return base_vectors([Sentence(-1, "", q, 0) for q in questions], batch=256)
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile ``q`` (0-100) of ``values``."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
 
 
 def summary(times_ms: list[float]) -> dict:

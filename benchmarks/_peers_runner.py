@@ -26,13 +26,10 @@ from importlib import metadata
 from pathlib import Path
 
 import numpy as np
+from _toolkit import log
 
 HAYSTACK_TABLE = "haystack_bioasq"
 LANGCHAIN_COLLECTION = "bioasq"
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def load_inputs(workdir: Path):

@@ -23,7 +23,8 @@ import statistics
 import time
 
 from _setup import django_setup
-from search_latency import QUESTIONS, percentile
+from _toolkit import percentile
+from search_latency import QUESTIONS
 
 
 class Rollback(Exception):

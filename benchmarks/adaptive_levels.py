@@ -10,17 +10,12 @@ calls per level. With the tiny local model the figures prove the flow, not answe
 
 import argparse
 import json
-import sys
 import time
 from collections import Counter, defaultdict
 
 from _setup import django_setup
-from retrieval_quality import DATASETS, tenant_for
-from search_latency import percentile
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+from _toolkit import log, percentile, tenant_for
+from retrieval_quality import DATASETS
 
 
 def main() -> None:

@@ -50,7 +50,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import socket
 import statistics
 import sys
 import time
@@ -58,6 +57,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _setup import ROOT, django_setup  # noqa: E402
+from _toolkit import free_port, log, percentile, tenant_for  # noqa: E402
 
 DATASETS_DIR = ROOT.parent / "shared" / "datasets"
 FILES = {
@@ -85,10 +85,6 @@ _REFUSAL = re.compile(
     r"\b(?:know|contain|mention|provide|say|answer|find|determine|include|specify)",
     re.IGNORECASE,
 )
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 # ---- the peer-style prompts (our own words) ---------------------------------------------------
@@ -280,7 +276,7 @@ def summary(rows: list[dict]) -> dict:
     out = {
         "answers": len(rows),
         "seconds_mean": mean("seconds"),
-        "seconds_p95": round(seconds[min(len(seconds) - 1, int(0.95 * len(seconds)))], 2) if seconds else None,
+        "seconds_p95": round(percentile(seconds, 95), 2) if seconds else None,
         "ttft_s_mean": mean("ttft_s"),
         "llm_calls_mean": mean("llm_calls"),
         "tokens_in_mean": mean("tokens_in"),
@@ -390,12 +386,6 @@ def question_items(dataset: str, *, limit: int | None, types: list[str]) -> list
     return items[:limit] if limit else items
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset", choices=list(FILES), default="hotpotqa")
@@ -429,7 +419,7 @@ def main() -> None:
 
     django_setup()
     from django.conf import settings
-    from retrieval_quality import DATASETS, tenant_for
+    from retrieval_quality import DATASETS
 
     from llm import LLMClient
     from llm.local import local_llm_start

@@ -11,15 +11,11 @@ that would escalate and hit@1 of those that would not and of those that would.
 
 import argparse
 import json
-import sys
 
 import numpy as np
 from _setup import django_setup
-from retrieval_quality import DATASETS, tenant_for
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+from _toolkit import log, tenant_for
+from retrieval_quality import DATASETS
 
 
 def logistic_fit(x: np.ndarray, y: np.ndarray, *, l2: float = 1e-3, steps: int = 50) -> np.ndarray:

@@ -49,6 +49,7 @@ import time
 from pathlib import Path
 
 from _setup import ROOT, django_setup
+from _toolkit import log, percentile, tenant_for
 
 BACKENDS = ["torch", "onnx", "onnx-int8"]
 DJANGO_DOCS = ROOT / ".kb-data" / "downloads"
@@ -63,10 +64,6 @@ def dataset_paths() -> dict:
     if not base:
         return DATASETS
     return {name: [Path(base) / p.relative_to(DATASETS_DIR) for p in paths] for name, paths in DATASETS.items()}
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def chunk_texts(limit: int) -> tuple[str, list[str]]:
@@ -96,11 +93,6 @@ def chunk_texts(limit: int) -> tuple[str, list[str]]:
             if len(texts) >= limit:
                 break
     return origin, texts[:limit]
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
 def speed(backends: list[str], *, chunks: int, rounds: int, queries: int) -> dict:
@@ -173,27 +165,6 @@ def speed(backends: list[str], *, chunks: int, rounds: int, queries: int) -> dic
     return result
 
 
-def tenant_for(dataset, *, name: str, slug: str):
-    """The tenant ``slug`` with ``dataset`` ingested (unchanged documents are not re-embedded) and
-    its judgment list (like ``retrieval_quality.tenant_for``, with its own tenant names)."""
-    from core.models import Tenant
-    from core.services import tenant_create
-    from knowledge.ingestion.splitters import get_splitter
-    from knowledge.models import Source
-    from knowledge.services import documents_ingest, source_get_or_create
-    from quality.models import JudgmentList
-    from quality.services import judgment_list_import
-
-    tenant = Tenant.objects.filter(slug=slug).first() or tenant_create(slug=slug)
-    source = source_get_or_create(tenant=tenant, name=name, kind=Source.Kind.DATASET)
-    report = documents_ingest(
-        tenant=tenant, source=source, documents=dataset.documents, splitter=get_splitter(dataset.splitter)
-    )
-    JudgmentList.objects.filter(tenant=tenant, name=name).delete()
-    judgment_list = judgment_list_import(tenant=tenant, name=name, origin=dataset.name, judgments=dataset.judgments)
-    return tenant, judgment_list, report
-
-
 def quality_child(*, backend: str, docs_backend: str, datasets: list[str]) -> dict:
     """In a process whose KB_EMBEDDER_BACKEND is ``backend``: dense and hybrid metrics per dataset
     on the tenants whose documents ``docs_backend`` embedded (ingested here when they are new)."""
@@ -208,7 +179,9 @@ def quality_child(*, backend: str, docs_backend: str, datasets: list[str]) -> di
     out: dict = {}
     for name in datasets:
         dataset = dataset_load(name=name, paths=dataset_paths()[name])
-        tenant, judgment_list, report = tenant_for(dataset, name=name, slug=f"bench-emb-{docs_backend}-{name}")
+        tenant, judgment_list, report = tenant_for(
+            dataset, name=name, slug=f"bench-emb-{docs_backend}-{name}", origin=dataset.name
+        )
         entry: dict = {"chunks": Chunk.objects.for_tenant(tenant).count(), "embed_seconds": report.embed_seconds}
         config = SearchConfig.for_tenant(tenant)
         for mode in ("dense", "hybrid"):
@@ -380,7 +353,7 @@ def models_quality(
                 get_embedder(key)  # load (and export) the model outside the timed ingestion
                 before = load()
                 started = time.perf_counter()
-                tenant, judgment_list, report = tenant_for(dataset, name=name, slug=slug)
+                tenant, judgment_list, report = tenant_for(dataset, name=name, slug=slug, origin=dataset.name)
                 seconds = time.perf_counter() - started
                 chunks = Chunk.objects.for_tenant(tenant).count()
                 tenants[key] = (tenant, judgment_list)

@@ -19,18 +19,14 @@ comparable across runs on a loaded machine; the metrics are deterministic.
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 from _setup import ROOT, django_setup
-from retrieval_quality import DATASETS, REFERENCE, tenant_for
+from _toolkit import log, tenant_for
+from retrieval_quality import DATASETS, REFERENCE
 
 METRICS = ("ndcg@10", "recall@10", "hit@1")
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def first_questions(dataset, name: str, n: int):

@@ -34,8 +34,9 @@ from pathlib import Path
 
 import numpy as np
 from _setup import ROOT, django_setup
-from retrieval_quality import DATASETS, tenant_for
-from search_latency import QUESTIONS, percentile
+from _toolkit import log, percentile, tenant_for
+from retrieval_quality import DATASETS
+from search_latency import QUESTIONS
 
 
 def embedded_extract(question, passages, *, embedder, sentences=3, label=None):
@@ -87,10 +88,6 @@ def embedded_extract(question, passages, *, embedder, sentences=3, label=None):
         ],
         citation_coverage=1.0,
     )
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 @contextmanager

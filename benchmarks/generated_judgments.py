@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _setup import ROOT, django_setup  # noqa: E402
-from answers import free_port, log  # noqa: E402
+from _toolkit import free_port, log, tenant_for  # noqa: E402
 
 
 def main() -> None:
@@ -63,7 +63,7 @@ def main() -> None:
 def run(args, url: str) -> dict:
     django_setup()
     from django.conf import settings
-    from retrieval_quality import DATASETS, tenant_for
+    from retrieval_quality import DATASETS
 
     from knowledge.models import Chunk
     from quality.importers import dataset_load

@@ -15,17 +15,13 @@ tokens per query, degraded queries) and writes benchmarks/results/llm_rerank.jso
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 
 from _setup import ROOT, django_setup
-from retrieval_quality import DATASETS, tenant_for
+from _toolkit import log, tenant_for
+from retrieval_quality import DATASETS
 
 METRICS = ("ndcg@10", "recall@10", "mrr@10", "hit@1")
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def figures(run) -> dict:

@@ -44,7 +44,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -53,24 +52,10 @@ from collections import defaultdict
 from pathlib import Path
 
 from _setup import ROOT, django_setup
+from _toolkit import free_port, percentile
 
 TENANT = "load-bench"
 HOTPOTQA = Path(os.environ.get("KB_BENCH_DATASETS", ROOT.parent / "shared" / "datasets")) / "hotpotqa"
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The ``q``-th percentile (nearest rank) of ``values``; 0.0 for no values."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
-    return ordered[index]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def tenant_prepare(clients: int) -> tuple[list[str], str, list[str], dict]:

@@ -38,6 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from _setup import django_setup
+from _toolkit import percentile
 
 RELEASES = (("4.2", "4.2.30", datetime(2023, 4, 3, tzinfo=UTC)), ("5.2", "5.2.19", datetime(2025, 4, 2, tzinfo=UTC)))
 TENANT = "neardup-bench"
@@ -276,10 +277,7 @@ def retrieval_check(tenant) -> dict:
                         else:
                             kept_older += 1
 
-    def p50(values):
-        return round(sorted(values)[len(values) // 2], 2)
-
-    p50s = {label: p50(values) for label, values in latency.items()}
+    p50s = {label: round(percentile(values, 50), 2) for label, values in latency.items()}
     return {
         "questions": len(QUESTIONS),
         "k": 10,

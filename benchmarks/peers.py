@@ -42,6 +42,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from _setup import ROOT, django_setup
+from _toolkit import log, percentile, tenant_for
 
 DATASET = ROOT.parent / "shared" / "datasets" / "bioasq" / "bioasq-12b-dev.json"
 TENANT = "bench-bioasq"
@@ -59,10 +60,6 @@ PEER_REQUIREMENTS = [
 NO_TORCH = "torch==0.0.0\n"  # an impossible pin: installation fails if a peer ever requires torch
 K = 100
 PRODUCT_MODES = ("lexical", "dense", "hybrid")
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def venv_python() -> Path:
@@ -89,16 +86,9 @@ def peers_install() -> None:
     log(f"Peers installed in {VENV}")
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
-    return ordered[index]
-
-
 def bench_tenant(dataset, *, rebuild: bool):
     """The tenant ``bench-bioasq`` holding the dataset (ingested once; ``rebuild`` starts afresh)
     and its chunk count: ``retrieval_quality.py``'s tenant, with its judgment list."""
-    from retrieval_quality import tenant_for
 
     from core.models import Tenant
     from knowledge.models import Chunk

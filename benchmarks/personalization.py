@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 from _setup import ROOT, django_setup
+from _toolkit import log, percentile, tenant_for
 
 # (question, howto page, ref page): document ids are paths under docs/ without ".txt".
 PAIRS = [
@@ -68,15 +69,6 @@ HOWTO_PAGES = sorted(
 ASKERS = {"howto-reader": "howto", "ref-reader": "ref", "ref-history": "ref"}
 GRID = [(band, boost) for band in (0.05, 0.15, 0.3) for boost in (0.05, 0.1, 0.2)]
 OFF_TOPS: dict[tuple[str, str], str | None] = {}
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
 
 
 def bench_tenant():
@@ -269,7 +261,6 @@ def shared_dev(names: list[str], *, keep: bool, datasets_dir: Path) -> dict:
     and hit@1, and how many queries' rankings (chunk ids and scores) equal personalize-off's."""
     import retrieval_quality
     from django.test import override_settings
-    from retrieval_quality import tenant_for
 
     from core.models import Tenant
     from quality.importers import dataset_load

@@ -11,17 +11,13 @@ whole retrieval pipeline (rewrite stages included, query embedding included).
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from _setup import ROOT, django_setup
-from retrieval_quality import DATASETS, REFERENCE, tenant_for
+from _toolkit import log, tenant_for
+from retrieval_quality import DATASETS, REFERENCE
 
 METRICS = ("ndcg@10", "recall@10", "recall@100", "mrr@10", "hit@1")
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def markdown(results: dict) -> str:

@@ -17,10 +17,10 @@ are release notes, and where the current reference ranks for the primary-key que
 import argparse
 import json
 import statistics
-import sys
 
 from _setup import ROOT, django_setup
-from retrieval_quality import DATASETS, DATASETS_DIR, tenant_for
+from _toolkit import log, percentile, tenant_for
+from retrieval_quality import DATASETS, DATASETS_DIR
 from search_latency import QUESTIONS as LATENCY_QUESTIONS
 
 if not DATASETS_DIR.is_dir():  # run from a git worktree (/work/wt/<name>): the datasets are two levels up
@@ -68,10 +68,6 @@ DEMO_VARIANTS = {
     "mmr lambda 0.7": {**OFF, "diversity": "mmr", "mmr_lambda": 0.7},
     "recency + caps 2/document": {"recency": "on", "diversity": "caps", "diversity_per_document": 2},
 }
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def distinct(results, n: int = 10) -> tuple[int, int]:
@@ -200,8 +196,6 @@ def latency_measure(slug: str, *, rounds: int) -> dict:
     stages-off p50.
     """
     import time
-
-    from search_latency import percentile
 
     from core.models import Tenant
     from knowledge.embedders import get_embedder

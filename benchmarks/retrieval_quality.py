@@ -10,11 +10,10 @@ mode with the default configuration. The datasets are read from ../shared/datase
 
 import argparse
 import json
-import sys
-import time
 from pathlib import Path
 
 from _setup import ROOT, django_setup
+from _toolkit import log, tenant_for
 
 DATASETS_DIR = ROOT.parent / "shared" / "datasets"
 DATASETS = {
@@ -45,42 +44,6 @@ VARIANTS = [
     {"fusion": "dbsf", "dense_weight": 0.6, "lexical_weight": 0.4},
     {"fusion": "dbsf", "dense_weight": 0.5, "lexical_weight": 0.5},
 ]
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def tenant_for(dataset, *, name: str, slug: str | None = None, retrieval_config: dict | None = None):
-    """The benchmark tenant for ``name`` (slug ``bench-<name>`` unless given) with the dataset
-    ingested (reused while unchanged) and its judgment list: ``(tenant, judgment list, report)``.
-    ``retrieval_config`` (when given) is saved on the tenant before ingesting."""
-    from core.models import Tenant
-    from core.services import tenant_create
-    from knowledge.ingestion.splitters import get_splitter
-    from knowledge.models import Source
-    from knowledge.services import documents_ingest, source_get_or_create
-    from quality.models import JudgmentList
-    from quality.services import judgment_list_import
-
-    slug = slug or f"bench-{name}"
-    tenant = Tenant.objects.filter(slug=slug).first() or tenant_create(slug=slug)
-    if retrieval_config is not None:
-        tenant.retrieval_config = retrieval_config
-        tenant.save(update_fields=["retrieval_config"])
-    source = source_get_or_create(tenant=tenant, name=name, kind=Source.Kind.DATASET)
-    t = time.perf_counter()
-    report = documents_ingest(
-        tenant=tenant,
-        source=source,
-        documents=dataset.documents,
-        splitter=get_splitter(dataset.splitter),
-        progress=True,
-    )
-    log(f"{name}: {report.counts()} in {time.perf_counter() - t:.0f}s")
-    JudgmentList.objects.filter(tenant=tenant, name=name).delete()
-    judgment_list = judgment_list_import(tenant=tenant, name=name, origin=name, judgments=dataset.judgments)
-    return tenant, judgment_list, report
 
 
 def markdown(results: dict) -> str:

@@ -20,6 +20,7 @@ import statistics
 import time
 
 from _setup import django_setup
+from _toolkit import percentile
 
 QUESTIONS = [
     "How do I write a custom model field?",
@@ -43,12 +44,6 @@ QUESTIONS = [
     "How do I customize the admin site?",
     "How do I test views with the test client?",
 ]
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
-    return ordered[index]
 
 
 def main() -> None:

@@ -31,7 +31,8 @@ import os
 import time
 
 from _setup import django_setup
-from search_latency import QUESTIONS, percentile
+from _toolkit import percentile
+from search_latency import QUESTIONS
 
 EVERY_STAGE = {"diversity": "caps", "themes": "on", "enrichment_weight": 0.1, "include_summaries": True}
 

@@ -29,12 +29,11 @@ only the ratio means something.
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
-import retrieval_quality
 from _setup import ROOT, django_setup
+from _toolkit import log, tenant_for
 from retrieval_quality import DATASETS
 
 METRICS = ("ndcg@10", "recall@10", "hit@1", "mrr@10", "recall@100")
@@ -42,15 +41,11 @@ DECIDING = ("ndcg@10", "recall@10", "hit@1")
 TOLERANCE = 0.005
 
 
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def tenant_for(dataset, *, name: str):
+def tenant_without_summaries(dataset, *, name: str):
     """The benchmark tenant with the dataset ingested (summaries off) and its judgment list, without summaries."""
     from knowledge.models import Chunk
 
-    tenant, judgment_list, _ = retrieval_quality.tenant_for(
+    tenant, judgment_list, _ = tenant_for(
         dataset, name=name, slug=f"bench-summaries-{name}", retrieval_config={"summaries": "off"}
     )
     Chunk.objects.for_tenant(tenant).filter(kind=Chunk.Kind.SUMMARY).delete()
@@ -88,7 +83,7 @@ def quality(name: str, *, modes: list[str], broad: int) -> dict:
     from quality.services import evaluation_run
 
     dataset = dataset_load(name=name, paths=DATASETS[name])
-    tenant, judgment_list = tenant_for(dataset, name=name)
+    tenant, judgment_list = tenant_without_summaries(dataset, name=name)
 
     def evaluate(mode: str, include: bool) -> dict:
         run = evaluation_run(

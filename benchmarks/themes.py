@@ -17,7 +17,8 @@ import sys
 import time
 
 from _setup import django_setup
-from retrieval_quality import DATASETS, tenant_for
+from _toolkit import tenant_for
+from retrieval_quality import DATASETS
 
 GRID = [(threshold, distance) for threshold in (0.5, 0.6, 0.7) for distance in (0.3, 0.5, 0.7)]
 

@@ -24,6 +24,7 @@ import statistics
 import time
 
 from _setup import django_setup
+from _toolkit import percentile
 
 
 def main() -> None:
@@ -178,14 +179,10 @@ def main() -> None:
                     runs[name](q)
                 times[name].append((time.perf_counter() - started) * 1000)
 
-    def pct(values, q):
-        ordered = sorted(values)
-        return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
-
     output["hybrid_latency_ms"] = {
         name: {
-            "p50": round(pct(v, 50), 1),
-            "p95": round(pct(v, 95), 1),
+            "p50": round(percentile(v, 50), 1),
+            "p95": round(percentile(v, 95), 1),
             "mean": round(statistics.mean(v), 1),
             "queries": len(v),
         }

@@ -12,8 +12,8 @@ from knowledge.source_apis import (
     SourceSyncApi,
 )
 from people.apis import CitationOpenApi, ConversationDetailApi, ConversationListApi, FeedbackApi, ProfileApi
-from retrieval.apis import AskApi, SearchApi
-from retrieval.stream_apis import AskStreamApi
+from people.ask_apis import AskApi, AskStreamApi
+from retrieval.apis import SearchApi
 from retrieval.trace_apis import TraceDetailApi
 from retrieval.usage_apis import UsageApi
 

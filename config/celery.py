@@ -3,15 +3,23 @@
 Periodic tasks run under Celery beat: ``.venv/bin/celery -A config beat -l info`` (next to a
 worker, ``.venv/bin/celery -A config worker -l info``): trace retention, and the recovery of
 ingestion jobs whose worker died (their lease ran out), every ``KB_JOB_LEASE_S`` seconds.
+
+Each process that runs tasks sets OpenTelemetry up once (``core.telemetry``; its tasks become
+spans when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set): a prefork pool's child in
+``worker_process_init``, a solo or threads worker in ``worker_init``. With
+``PROMETHEUS_MULTIPROC_DIR`` set, a child that ends is marked dead for prometheus_client's
+multiprocess mode (docs/telemetry.md).
 """
 
 import os
 
 from celery import Celery
 from celery.schedules import crontab
+from celery.signals import worker_init, worker_process_init, worker_process_shutdown
 from django.conf import settings
 
 from core.rls import rls_celery_connect
+from core.telemetry import telemetry_setup, telemetry_shutdown
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -21,6 +29,32 @@ app.autodiscover_tasks()
 
 # Tasks start as the tables' owner (core.rls) and bind the tenant of the object they work on.
 rls_celery_connect()
+
+
+@worker_init.connect
+def _telemetry_worker(sender=None, **kwargs) -> None:
+    """A solo or threads worker runs tasks itself: set telemetry up here. A prefork worker's
+    children do it after the fork (``_telemetry_child``), never the parent that forks them."""
+    pool = getattr(sender, "pool_cls", None)
+    if "prefork" not in f"{getattr(pool, '__module__', '')} {pool}":
+        telemetry_setup(celery=True)
+
+
+@worker_process_init.connect
+def _telemetry_child(**kwargs) -> None:
+    """Each prefork child instruments its tasks after the fork (the SDK's export thread is its own)."""
+    telemetry_setup(celery=True)
+
+
+@worker_process_shutdown.connect
+def _telemetry_child_end(pid=None, **kwargs) -> None:
+    """Export the child's last spans; its live Prometheus values end with it."""
+    telemetry_shutdown()
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid or os.getpid())
+
 
 app.conf.beat_schedule = {
     # Delete answer traces older than KB_TRACE_RETENTION_DAYS, once a day at a quiet hour.

@@ -18,11 +18,21 @@ otherwise (requests in other threads and workers already fill the cores), run hy
 vector SQL on the request's thread unless ``KB_CONCURRENT_RETRIEVERS`` says otherwise, keep their
 database connections between requests (``KB_DB_CONN_MAX_AGE``), and load the embedder when they
 start, so no client waits for the model.
+
+Telemetry (docs/telemetry.md): each worker sets OpenTelemetry up right after the fork
+(``post_fork``, before the app and its middleware load), so with ``OTEL_EXPORTER_OTLP_ENDPOINT``
+set its requests and the tasks it queues become spans. Prometheus metrics run in
+prometheus_client's multiprocess mode, every worker writing its values to files in
+``PROMETHEUS_MULTIPROC_DIR`` that ``/metrics`` adds up: when the variable is unset, the workers
+get a directory of their own, ``KB_DATA_DIR/metrics/gunicorn``, emptied when gunicorn starts; a
+directory set by the operator (shared with Celery workers on the same machine) is theirs to
+empty before the processes start.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from config.env import env_int, env_str
 
@@ -47,6 +57,43 @@ os.environ.setdefault("KB_EMBED_THREADS", "1")
 # round trips and a queue for the worker's two retriever threads.
 os.environ.setdefault("KB_CONCURRENT_RETRIEVERS", "false")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Set before any process imports prometheus_client, which reads it once.
+_OWN_METRICS_DIR = not env_str("PROMETHEUS_MULTIPROC_DIR")
+if _OWN_METRICS_DIR:
+    _data_dir = Path(env_str("KB_DATA_DIR") or Path(__file__).resolve().parent.parent / ".kb-data")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(_data_dir.expanduser().resolve() / "metrics" / "gunicorn")
+Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
+
+
+def on_starting(server) -> None:
+    """Start with an empty metrics directory of our own (values of an earlier run are not ours)."""
+    directory = Path(os.environ["PROMETHEUS_MULTIPROC_DIR"])
+    directory.mkdir(parents=True, exist_ok=True)
+    if _OWN_METRICS_DIR:
+        for stale in directory.glob("*.db"):
+            stale.unlink()
+
+
+def post_fork(server, worker) -> None:
+    """Set this worker's telemetry up before it loads the app: Django requests and the Celery
+    tasks it queues are instrumented (nothing happens without an OTLP endpoint)."""
+    from core.telemetry import telemetry_setup
+
+    telemetry_setup(django=True, celery=True)
+
+
+def worker_exit(server, worker) -> None:
+    """Export the worker's last spans as it stops."""
+    from core.telemetry import telemetry_shutdown
+
+    telemetry_shutdown()
+
+
+def child_exit(server, worker) -> None:
+    """A worker ended: its live Prometheus values go with it (multiprocess mode)."""
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)
 
 
 def post_worker_init(worker) -> None:

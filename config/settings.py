@@ -72,9 +72,13 @@ INSTALLED_APPS = [
     "people",
     "portal",
     "demo",
+    "mcp_server",  # the MCP server: /mcp and manage.py mcp (docs/mcp.md)
+    "sso",  # single sign-on with OpenID Connect (docs/sso.md)
 ]
 
 MIDDLEWARE = [
+    # First, so its request latency (kb_http_request_duration_seconds) includes every other one.
+    "core.metrics.RequestMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -291,6 +295,9 @@ KB_BUDGET_MS = env_int("KB_BUDGET_MS", 60000, minimum=1)
 KB_BUDGET_USD = env_float("KB_BUDGET_USD", 0.05, minimum=0.0)
 # Record a trace of every answer run (retrieval.tracing); off only for measuring its cost.
 KB_TRACING = env_bool("KB_TRACING", True)
+# The MCP server (mcp_server, docs/mcp.md) answers each POST /mcp as an event stream (progress
+# notifications while `ask` runs) instead of one JSON response.
+KB_MCP_SSE = env_bool("KB_MCP_SSE", False)
 KB_SCORE_ANSWERS = env_bool("KB_SCORE_ANSWERS", False)  # answer-quality scores on every answer (retrieval.stages.score)
 KB_TRACE_RETENTION_DAYS = env_int("KB_TRACE_RETENTION_DAYS", 30, minimum=1)  # days answer traces are kept
 DATA_UPLOAD_MAX_MEMORY_SIZE = KB_MAX_UPLOAD_BYTES + 1024 * 1024
@@ -302,6 +309,19 @@ FILE_UPLOAD_HANDLERS = [
     "django.core.files.uploadhandler.MemoryFileUploadHandler",
     "django.core.files.uploadhandler.TemporaryFileUploadHandler",
 ]
+
+# --- Telemetry (core.telemetry, core.metrics, docs/telemetry.md) -------------------------------
+# OpenTelemetry spans are exported when the standard OTEL_EXPORTER_OTLP_ENDPOINT (OTLP/HTTP protobuf,
+# e.g. http://127.0.0.1:4318) is set; the SDK reads it and the other OTEL_* variables itself.
+OTEL_EXPORTER_OTLP_ENDPOINT = env_url("OTEL_EXPORTER_OTLP_ENDPOINT", schemes=("http", "https"))
+env_url("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", schemes=("http", "https"))
+env_choice("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf", ["http/protobuf"])  # the exporter installed
+# Spans carry the question and text derived from it (queries, replies, errors) only when true.
+KB_OTEL_CAPTURE_QUESTIONS = env_bool("KB_OTEL_CAPTURE_QUESTIONS", False)
+# /metrics answers a signed-in superuser, or "Authorization: Bearer <KB_METRICS_TOKEN>" when set.
+KB_METRICS_TOKEN = env_str("KB_METRICS_TOKEN")
+if KB_METRICS_TOKEN and len(KB_METRICS_TOKEN) < 16:
+    raise ImproperlyConfigured("KB_METRICS_TOKEN must be at least 16 characters long.")
 
 # --- Web ------------------------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [
@@ -319,7 +339,18 @@ LOGIN_URL = "portal:login"
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
+    # Keeps a single sign-on session's user; it authenticates no password (sso.backends).
+    "sso.backends.OidcBackend",
 ]
+# Single sign-on (docs/sso.md): the installation's OpenID Connect provider, the operator's own
+# (its fetches may reach any address). Tenants' own providers are set by the operator with
+# `manage.py sso` or the superuser admin. The issuer must be https:// (http:// only on loopback);
+# set together with the client id and secret (sso.providers.installation_settings_check).
+KB_OIDC_ISSUER = env_url("KB_OIDC_ISSUER", schemes=("https", "http"))
+KB_OIDC_CLIENT_ID = env_str("KB_OIDC_CLIENT_ID")
+KB_OIDC_CLIENT_SECRET = env_str("KB_OIDC_CLIENT_SECRET")
+KB_OIDC_NAME = env_str("KB_OIDC_NAME", "single sign-on")  # the button reads "Sign in with <name>"
+KB_OIDC_SCOPES = env_str("KB_OIDC_SCOPES", "openid email profile")
 LOGIN_REDIRECT_URL = "portal:ask"
 LOGOUT_REDIRECT_URL = "portal:login"
 

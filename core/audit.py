@@ -41,6 +41,9 @@ ANONYMOUS = "anonymous"
 # Sign-ins (the portal's and the admin's forms; django.contrib.auth's signals).
 SIGNIN_SUCCEEDED = "signin.succeeded"
 SIGNIN_FAILED = "signin.failed"
+# A sign-in made another way than the password form (single sign-on: ``sso.views``) names how in
+# this attribute of the user it passes to ``login()``, a dict the event keeps as its ``changes``.
+SIGNIN_DETAILS = "audit_signin_details"
 
 _request: contextvars.ContextVar = contextvars.ContextVar("kb_audit_request", default=None)
 _actor_label: contextvars.ContextVar[str | None] = contextvars.ContextVar("kb_audit_actor", default=None)
@@ -176,10 +179,14 @@ def audit_record_user_tenants(*, action: str, user, **kwargs) -> list[AuditEvent
 
 
 def _signed_in(sender, request=None, user=None, **kwargs) -> None:
-    """``user_logged_in``: a sign-in, in each of the user's tenants."""
+    """``user_logged_in``: a sign-in, in each of the user's tenants; ``changes`` are the user's
+    ``SIGNIN_DETAILS`` (e.g. the single sign-on provider), if any."""
     if user is None:
         return
-    audit_record_user_tenants(action=SIGNIN_SUCCEEDED, user=user, actor=user, request=request, obj=user)
+    changes = getattr(user, SIGNIN_DETAILS, None)
+    audit_record_user_tenants(
+        action=SIGNIN_SUCCEEDED, user=user, actor=user, request=request, obj=user, changes=changes
+    )
 
 
 def _sign_in_failed(sender, credentials=None, request=None, **kwargs) -> None:

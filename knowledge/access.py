@@ -219,6 +219,31 @@ def access_group_save(*, tenant: Tenant, name: str, members=(), group: AccessGro
     return group
 
 
+def access_group_member_set(*, tenant: Tenant, group: AccessGroup, user, member: bool) -> bool:
+    """Put ``user`` in ``group`` (``member=True``) or take them out, leaving the other members as
+    they are; returns whether anything changed. Recorded like ``access_group_save``
+    (``access_group.changed``, members before and after). ``InvalidInput`` when ``user`` is to
+    join but is not a member of ``tenant``; ``NotFound`` for another tenant's group.
+    """
+    if group.tenant_id != tenant.pk:
+        raise NotFound("No such group.")
+    with transaction.atomic():
+        group = AccessGroup.objects.for_tenant(tenant).select_for_update().get(pk=group.pk)
+        before = list(group.members.all())
+        if any(m.pk == user.pk for m in before) == member:
+            return False
+        if member:
+            _tenant_members(tenant, [user])
+            group.members.add(user)
+            after = [*before, user]
+        else:
+            group.members.remove(user)
+            after = [m for m in before if m.pk != user.pk]
+        changes = audit_fields_diff({"members": before}, {"members": after}, ["members"])
+        audit_record(action="access_group.changed", tenant=tenant, obj=group, changes=changes)
+    return True
+
+
 def access_rule_check(*, tenant: Tenant, source=None, document=None, group=None, user=None) -> None:
     """``InvalidInput`` unless exactly one of source/document and one of group/user are given, all of ``tenant``."""
     if (source is None) == (document is None):

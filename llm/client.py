@@ -9,6 +9,7 @@ side. Every failure is an ``LLMError`` (a ``core.errors.UpstreamError``) with a 
 
 from __future__ import annotations
 
+import contextvars
 import json
 import random
 import re
@@ -16,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
@@ -28,6 +30,7 @@ from jsonschema import SchemaError
 from jsonschema.exceptions import best_match
 from jsonschema.validators import validator_for
 
+from core import metrics, telemetry
 from llm.circuit import circuit_for
 from llm.errors import (
     LLMBadOutput,
@@ -148,6 +151,10 @@ class LLMClient:
         ``LLMTimeout``, ``LLMUnavailable`` or ``LLMHTTPError`` when the endpoint fails after
         retries, ``LLMBadOutput`` when its response cannot be read.
         """
+        with _Call(self, "chat", max_tokens=max_tokens, temperature=temperature) as call:
+            return call.completed(self._chat(messages, max_tokens=max_tokens, temperature=temperature))
+
+    def _chat(self, messages: Messages, *, max_tokens: int, temperature: float) -> Completion:
         started = time.perf_counter()
         response = self._create(messages=messages, max_tokens=max_tokens, temperature=temperature)
         text = _message_content(response).strip()
@@ -176,6 +183,19 @@ class LLMClient:
         deltas are the JSON's text as it is written: it is neither parsed nor validated here
         (the caller reads it as it comes, e.g. ``retrieval.stages.generate.fields``).
         """
+        output = "text" if schema is None else "json"
+        with (
+            _Call(self, "stream", max_tokens=max_tokens, temperature=0.0, output=output) as call,
+            closing(self._stream(messages, max_tokens=max_tokens, schema=schema, name=name)) as pieces,
+        ):
+            for piece in pieces:
+                call.piece()
+                yield piece
+            call.usage = self.last_stream_usage
+
+    def _stream(
+        self, messages: Messages, *, max_tokens: int, schema: dict[str, Any] | None, name: str
+    ) -> Iterator[str]:
         params: dict[str, Any] = {"messages": messages, "max_tokens": max_tokens, "temperature": 0.0, "stream": True}
         if schema is None:
             chunks = self._stream_open(params)
@@ -250,9 +270,17 @@ class LLMClient:
         ``completion.usage`` counts both calls when there were two. ``ValueError`` if
         ``schema`` is not a valid JSON Schema.
         """
-        return self._json_call(
-            messages, schema=schema, name=name, description="", max_tokens=max_tokens, tool=False, attempts=1 + retry
-        )
+        with _Call(self, "structured", max_tokens=max_tokens, output="json") as call:
+            value, completion = self._json_call(
+                messages,
+                schema=schema,
+                name=name,
+                description="",
+                max_tokens=max_tokens,
+                tool=False,
+                attempts=1 + retry,
+            )
+            return value, call.completed(completion)
 
     def tool_call(
         self, messages: Messages, *, name: str, description: str, parameters: dict[str, Any], max_tokens: int = 256
@@ -266,9 +294,11 @@ class LLMClient:
         then ``LLMBadOutput``. Returns ``(arguments, completion)`` (``completion.text`` is the
         raw arguments JSON). ``ValueError`` if ``parameters`` is not a valid JSON Schema.
         """
-        return self._json_call(
-            messages, schema=parameters, name=name, description=description, max_tokens=max_tokens, tool=True
-        )
+        with _Call(self, "tool_call", max_tokens=max_tokens, output="json") as call:
+            value, completion = self._json_call(
+                messages, schema=parameters, name=name, description=description, max_tokens=max_tokens, tool=True
+            )
+            return value, call.completed(completion)
 
     # --- Fan-out ------------------------------------------------------------------------------
 
@@ -280,7 +310,8 @@ class LLMClient:
         At most ``concurrency`` (default: the client's) calls run at once; the client's own
         requests never exceed its ``concurrency`` either. A call that raised leaves its
         exception object in its slot instead of a result; nothing is raised. Database
-        connections opened by ``fn`` in the worker threads are closed when it returns.
+        connections opened by ``fn`` in the worker threads are closed when it returns. Each call
+        runs in a copy of the caller's context, so its spans are children of the caller's span.
         """
         items = list(items)
         if not items:
@@ -296,7 +327,7 @@ class LLMClient:
                 connections.close_all()
 
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llm-map") as pool:
-            futures = [pool.submit(run, item) for item in items]
+            futures = [pool.submit(contextvars.copy_context().run, run, item) for item in items]
         results: list[T | Exception] = []
         for future in futures:
             error = future.exception()
@@ -503,6 +534,106 @@ class LLMClient:
             self._json_mode = mode
             return response, _message_content(response), sent
         raise AssertionError("unreachable")
+
+
+# --- Observation ------------------------------------------------------------------------------
+
+
+class _Call:
+    """One public call's span and metrics: ``with _Call(client, operation, ...) as call:``.
+
+    The span follows OpenTelemetry's GenAI semantic conventions (``chat <model>``, kind client:
+    ``gen_ai.system``, ``gen_ai.request.model``, ``gen_ai.usage.input_tokens`` and
+    ``output_tokens``, ``gen_ai.response.time_to_first_chunk`` in seconds for a stream) and never
+    holds the prompt or the reply. Its metrics go to ``core.metrics.llm_call_observe``. The body
+    hands its ``Completion`` to ``completed`` (or sets ``usage``); a failure's usage is read
+    from the ``LLMError``.
+    """
+
+    def __init__(
+        self, client: LLMClient, operation: str, *, max_tokens: int, temperature: float = 0.0, output: str = "json"
+    ):
+        self.client = client
+        self.operation = operation
+        self.request = (max_tokens, temperature, output)
+        self.usage: Usage | None = None
+        self.model = ""
+        self.first_token_s: float | None = None
+        self.span = None
+
+    def __enter__(self) -> _Call:
+        self.started = time.perf_counter()
+        if telemetry.telemetry_enabled():
+            max_tokens, temperature, output = self.request
+            endpoint = urlsplit(self.client.base_url)
+            attributes = {
+                "gen_ai.operation.name": "chat",
+                "gen_ai.system": "openai",
+                "gen_ai.provider.name": "openai",
+                "gen_ai.request.model": self.client.model,
+                "gen_ai.request.max_tokens": max_tokens,
+                "gen_ai.request.temperature": temperature,
+                "gen_ai.output.type": output,
+                "server.address": endpoint.hostname,
+                "server.port": endpoint.port,
+                "kb.llm.operation": self.operation,
+            }
+            self.span = telemetry.span_start(f"chat {self.client.model}", kind="client", attributes=attributes)
+        return self
+
+    def completed(self, completion: Completion) -> Completion:
+        self.usage, self.model = completion.usage, completion.model
+        return completion
+
+    def piece(self) -> None:
+        """A streamed piece of text arrived (the first one times the first token)."""
+        if self.first_token_s is None:
+            self.first_token_s = time.perf_counter() - self.started
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        seconds = time.perf_counter() - self.started
+        abandoned = isinstance(exc, GeneratorExit)  # the caller stopped reading a stream
+        failed = exc is not None and not abandoned
+        usage = (getattr(exc, "usage", None) if failed else None) or self.usage or Usage()
+        error = _error_kind(exc) if failed else None
+        metrics.llm_call_observe(
+            model=self.client.model,
+            operation=self.operation,
+            seconds=seconds,
+            tokens_in=usage.tokens_in,
+            tokens_out=usage.tokens_out,
+            cost_usd=usage.cost_usd,
+            error=error,
+            first_token_s=self.first_token_s,
+        )
+        if self.span is not None:
+            attributes = {
+                "gen_ai.response.model": self.model or None,
+                "gen_ai.usage.input_tokens": usage.tokens_in,
+                "gen_ai.usage.output_tokens": usage.tokens_out,
+                "gen_ai.response.time_to_first_chunk": self.first_token_s,
+                "kb.llm.cost_usd": usage.cost_usd,
+                "kb.llm.abandoned": abandoned or None,
+                "http.response.status_code": getattr(exc, "http_status", None) if failed else None,
+            }
+            self.span.set_attributes(telemetry.attributes_clean(attributes) or {})
+            if failed:
+                detail = str(exc)[:300] if telemetry.capture_text() else error
+                telemetry.span_fail(self.span, detail, error_type=type(exc).__name__)
+            self.span.end()
+        return False
+
+
+def _error_kind(error: BaseException) -> str:
+    """A failed call's short kind, for metrics: timeout, unavailable, http_error, bad_output, ..."""
+    kinds = {
+        LLMTimeout: "timeout",
+        LLMUnavailable: "unavailable",
+        LLMHTTPError: "http_error",
+        LLMEmptyReply: "empty_reply",
+        LLMBadOutput: "bad_output",
+    }
+    return next((kind for cls, kind in kinds.items() if isinstance(error, cls)), type(error).__name__)
 
 
 # --- Helpers ----------------------------------------------------------------------------------

@@ -3,8 +3,8 @@
 ``conversation_ask`` answers a question through ``pipeline_answer`` with the conversation's
 earlier questions as ``history`` (the pipeline's condense step makes a follow-up standalone:
 ``retrieval.stages.rewrite.condense.Condense``), then stores the turn: question, standalone query, answer,
-citations and trace. Without a conversation id it starts a new conversation. The ask APIs of
-``retrieval`` answer through it (``retrieval.hooks``).
+citations and trace. Without a conversation id it starts a new conversation. Callers ask through
+``people.asking.ask``, which answers a signed-in user through it.
 """
 
 from __future__ import annotations

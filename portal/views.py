@@ -1,159 +1,59 @@
 """Server-rendered portal views: thin wrappers that parse input, call a selector or service, render.
 
-Every view runs for a signed-in user and resolves the user's tenant first; a user without a
-membership gets a 403 page. Document text is only ever escaped (Django autoescape, or
-``escape``/``format_html`` per segment when citations are linked).
+Every view runs for a signed-in user and resolves the user's tenant first
+(``portal.decorators.tenant_required``); a user without a membership gets a 403 page. Questions are
+asked through ``people.asking``, as every other caller asks. Document text is only ever escaped
+(Django autoescape, or ``escape``/``format_html`` per segment when citations are linked:
+``portal.citations``). Forms are in ``portal.forms``, uploads in ``portal.uploads``.
 
 HTMX (django-htmx's ``request.htmx``, ``docs/people.md``): a request made by htmx (``HX-Request``)
-gets the fragment it swaps in (feedback form, profile form, conversation turns, version diff); any
-other request gets the full page, so every form and link also works without JavaScript. Responses
-that differ by ``HX-Request`` say so in ``Vary``.
+gets the fragment it swaps in (feedback form, profile form, conversation turns, version diff:
+``portal.responses.partial_or_page``); any other request gets the full page, so every form and
+link also works without JavaScript. Responses that differ by ``HX-Request`` say so in ``Vary``.
 """
 
 from __future__ import annotations
 
 import re
-from functools import wraps
-from urllib.parse import quote
 
-from django import forms
-from django.conf import global_settings
-from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
-from django.utils.html import escape, format_html
+from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme
-from django.utils.safestring import SafeString
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from core.errors import ApplicationError, NotFound, PermissionDenied
-from core.memberships import membership_choose, membership_for_request, tenant_for_request
-from core.uploads import upload_refusal
-from knowledge.models import IngestionJob
+from core.memberships import membership_choose, membership_for_request
 from knowledge.selectors import (
     chunk_list_for_version,
     document_get,
-    ingestion_job_list,
     source_overview,
     source_overview_with_last_sync,
     upload_source_list,
 )
-from knowledge.services.upload_batches import upload_batch_ingest
 from knowledge.versions import version_diff
-from people.conversations import conversation_ask, conversation_delete
-from people.feedback import MAX_COMMENT_CHARS, feedback_give
+from people import asking
+from people.conversations import conversation_delete
+from people.feedback import feedback_give
 from people.history import citation_open as history_citation_open
-from people.models import Profile
 from people.selectors import conversation_get, conversation_list
 from people.services import profile_get, profile_update
-from retrieval.pipeline import PIPELINE_NAMES
+from portal.citations import answer_context
+from portal.decorators import tenant_required
+from portal.forms import AskForm, FeedbackForm, ProfileForm, UploadForm
+from portal.responses import partial_or_page
+from portal.uploads import files_upload, job_ids_parse, jobs_context, jobs_url
 from retrieval.quotas import USAGE_ROLES, QuotaUsage, quota_usage
-from retrieval.stages.generate.citations import sentence_spans
-from retrieval.streaming import CONTENT_TYPE, HEADERS, answer_events
+from retrieval.streaming import CONTENT_TYPE, HEADERS
 
-# Same pattern as the one the generate stage writes citations with: "[n]".
-_CITATION = re.compile(r"\[(\d{1,3})\]")
 _VERSION_NUMBER = re.compile(r"[1-9][0-9]{0,8}")
 # Pages of one tenant's objects: after a tenant switch, land on the ask page instead.
 _TENANT_PAGE = re.compile(r"/(documents/|conversations/\d|\?conversation)")
-# ``?jobs=1,2``: the ingestion jobs of one upload (at most this many ids are read).
-_JOB_IDS = re.compile(r"[1-9][0-9]{0,17}")
-_MAX_JOBS_SHOWN = 50
-
-
-class AskForm(forms.Form):
-    question = forms.CharField(
-        max_length=2000,
-        widget=forms.Textarea(attrs={"rows": 3, "autofocus": True, "placeholder": "Ask a question…"}),
-    )
-    pipeline = forms.ChoiceField(
-        choices=[("", "default")] + [(name, name) for name in PIPELINE_NAMES],
-        required=False,
-        help_text="How to search: the tenant's default, or a named pipeline.",
-    )
-    conversation = forms.IntegerField(min_value=1, max_value=2**63 - 1, required=False, widget=forms.HiddenInput)
-    as_of = forms.DateField(
-        required=False,
-        input_formats=["%Y-%m-%d"],
-        widget=forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d"),
-        label="As of",
-        help_text="Answer from the document versions current on that day (empty: current versions).",
-    )
-    personalize = forms.BooleanField(
-        required=False,
-        initial=True,
-        label="Personalize",
-        help_text="Rank what your profile prefers and you found useful higher, and shape the answer for you.",
-    )
-
-
-class FeedbackForm(forms.Form):
-    trace = forms.IntegerField(min_value=1, max_value=2**63 - 1, widget=forms.HiddenInput)
-    citation = forms.IntegerField(min_value=1, max_value=1000, required=False, widget=forms.HiddenInput)
-    rating = forms.ChoiceField(choices=(("up", "Helpful"), ("down", "Not helpful")))
-    comment = forms.CharField(max_length=MAX_COMMENT_CHARS, required=False)
-
-
-class ProfileForm(forms.Form):
-    title = forms.CharField(label="Role or title", max_length=200, required=False)
-    team = forms.CharField(max_length=200, required=False)
-    expertise = forms.ChoiceField(choices=[("", "not said"), *Profile.Expertise.choices], required=False)
-    language = forms.ChoiceField(
-        label="Preferred language", choices=[("", "not said"), *global_settings.LANGUAGES], required=False
-    )
-    preferred_sources = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple, required=False)
-    muted_sources = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple, required=False)
-    about = forms.CharField(label="About me", max_length=2000, required=False, widget=forms.Textarea(attrs={"rows": 4}))
-
-    def __init__(self, *args, source_names=(), **kwargs):
-        super().__init__(*args, **kwargs)
-        for name in ("preferred_sources", "muted_sources"):
-            self.fields[name].choices = [(n, n) for n in source_names]
-
-
-def tenant_required(view):
-    """Sign-in required; the view receives the tenant chosen in the session (the user's first by
-    slug until they switch: ``core.memberships``) after ``request``, or a 403 page.
-
-    An htmx request of a signed-out user (session expired) is sent to the sign-in page as a whole
-    page (``HX-Redirect``), not swapped into a fragment; a 403 for htmx is a one-line alert.
-    """
-
-    @wraps(view)
-    def wrapper(request, *args, **kwargs):
-        try:
-            tenant = tenant_for_request(request, pick_first=True)
-        except PermissionDenied as exc:
-            if getattr(request, "htmx", False):
-                return HttpResponse(format_html('<p class="errorlist" role="alert">{}</p>', exc.message), status=403)
-            return render(request, "portal/forbidden.html", {"message": exc.message}, status=403)
-        return view(request, tenant, *args, **kwargs)
-
-    signed_in = login_required(wrapper)
-
-    @wraps(view)
-    def guard(request, *args, **kwargs):
-        if getattr(request, "htmx", False) and not request.user.is_authenticated:
-            back = request.htmx.current_url_abs_path or reverse("portal:ask")
-            return HttpResponseClientRedirect(f"{reverse('portal:login')}?next={quote(back)}")
-        return signed_in(request, *args, **kwargs)
-
-    return guard
-
-
-def partial_or_page(request, *, fragment: str, page: str, context: dict, status: int = 200):
-    """``fragment`` for an htmx request (not a history restore), else the full ``page``; the
-    response varies on ``HX-Request`` (a cache must not hand the fragment to a page load)."""
-    htmx = getattr(request, "htmx", None)
-    partial = bool(htmx) and not htmx.history_restore_request
-    response = render(request, fragment if partial else page, context, status=status)
-    patch_vary_headers(response, ["HX-Request"])
-    return response
 
 
 @require_POST
@@ -178,58 +78,6 @@ def tenant_switch(request):
     return redirect(target)
 
 
-def citation_url(citation: dict, *, trace_id: int | None = None) -> str:
-    """The document page of the cited version, scrolled to the cited chunk; through
-    ``citation_open`` (which records the opening for personalization) when the answer has a trace."""
-    if trace_id:
-        return reverse("portal:citation-open", args=[trace_id, citation["n"]])
-    path = reverse("portal:document", args=[citation["document_id"]])
-    return f"{path}?version={citation['version']}#chunk-{citation['chunk']}"
-
-
-def answer_with_links(text: str, urls: dict[int, str]) -> SafeString:
-    """``text`` escaped, with each ``[n]`` that has a URL turned into a link to it."""
-    html = SafeString("")
-    last = 0
-    for match in _CITATION.finditer(text):
-        html += escape(text[last : match.start()])
-        n = int(match.group(1))
-        if n in urls:
-            html += format_html('<a class="cite" href="{}">[{}]</a>', urls[n], n)
-        else:
-            html += escape(match.group(0))
-        last = match.end()
-    return html + escape(text[last:])
-
-
-def explanation_html(answer: dict, urls: dict[int, str]) -> SafeString:
-    """The answer's explanation as ``answer_with_links`` renders it, each sentence that no passage
-    supports (``answer["sentences"]``, ``supported`` false) in ``<mark class="unsupported">`` with
-    a visible "unsupported" tag after it. The sentences are found again in the text with the
-    splitting that made them (``sentence_spans``); when they do not line up (an answer kept
-    before sentences were recorded) the text is rendered unmarked."""
-    text = answer["answer"]
-    sentences = answer.get("sentences") or []
-    if all(sentence.get("supported", True) for sentence in sentences):
-        return answer_with_links(text, urls)
-    spans = sentence_spans(text)
-    if [span.text for span in spans] != [sentence.get("text") for sentence in sentences]:
-        return answer_with_links(text, urls)
-    html = SafeString("")
-    last = 0
-    for span, sentence in zip(spans, sentences, strict=True):
-        if sentence.get("supported", True):
-            continue
-        html += answer_with_links(text[last : span.start], urls)
-        html += format_html(
-            '<mark class="unsupported" title="No passage supports this sentence">{}</mark>'
-            '<span class="unsupported-tag">unsupported</span>',
-            answer_with_links(text[span.start : span.end], urls),
-        )
-        last = span.end
-    return html + answer_with_links(text[last:], urls)
-
-
 @require_http_methods(["GET", "POST"])
 @tenant_required
 def ask(request, tenant):
@@ -242,15 +90,7 @@ def ask(request, tenant):
     context = {"form": form, "tenant": tenant}
     if form.is_valid():
         try:
-            answer = conversation_ask(
-                tenant=tenant,
-                user=request.user,
-                question=form.cleaned_data["question"],
-                pipeline=form.cleaned_data["pipeline"] or None,
-                conversation_id=form.cleaned_data["conversation"],
-                as_of=form.cleaned_data["as_of"],
-                options={"personalize": form.cleaned_data["personalize"]},
-            ).as_dict()
+            answer = asking.ask(tenant=tenant, user=request.user, **_ask_arguments(form)).as_dict()
         except NotFound:
             form.add_error(None, "That conversation is not yours or no longer exists; start a new one.")
         except ApplicationError as exc:
@@ -280,6 +120,17 @@ def ask(request, tenant):
             raise Http404(exc.message) from exc
         context["thread"] = {"conversation": conversation, "turns": list(conversation.turns.all())}
     return render(request, "portal/ask.html", context)
+
+
+def _ask_arguments(form: AskForm) -> dict:
+    """``people.asking.ask``'s keyword arguments (but tenant and user) from a valid ``AskForm``."""
+    return {
+        "question": form.cleaned_data["question"],
+        "pipeline": form.cleaned_data["pipeline"] or None,
+        "conversation_id": form.cleaned_data["conversation"],
+        "as_of": form.cleaned_data["as_of"],
+        "personalize": form.cleaned_data["personalize"],
+    }
 
 
 def _id_param(value: str) -> int | None:
@@ -337,26 +188,10 @@ def conversation_remove(request, tenant, conversation_id: int):
     return redirect("portal:conversations")
 
 
-def answer_context(answer: dict, *, thread: dict | None = None, can_participate: bool = True) -> dict:
-    """What ``portal/_answer.html`` renders: ``answer`` (``AnswerRun.as_dict()``: its short answer
-    shows first), its explanation as escaped HTML with linked ``[n]`` and unsupported sentences
-    marked (``answer_html``: ``explanation_html``), its ``citations`` with their ``url`` and
-    the conversation's earlier turns (``thread``, from ``thread_context``); feedback forms show
-    when ``can_participate`` (not for viewers)."""
-    citations = [{**c, "url": citation_url(c, trace_id=answer.get("trace_id"))} for c in answer["citations"]]
-    return {
-        "thread": thread,
-        "can_participate": can_participate,
-        "answer": answer,
-        "answer_html": explanation_html(answer, {c["n"]: c["url"] for c in citations}),
-        "citations": citations,
-    }
-
-
 @require_POST
 @tenant_required
 def ask_stream(request, tenant):
-    """The ask form's answer as Server-Sent Events (``retrieval.streaming.answer_events``), for
+    """The ask form's answer as Server-Sent Events (``people.asking.ask_stream``), for
     the page's script: ``step`` and ``token`` events as the run goes, then ``answer`` carrying
     ``html``, the answer rendered by ``portal/_answer.html`` exactly as the page renders it.
 
@@ -377,17 +212,7 @@ def ask_stream(request, tenant):
         html = render_to_string("portal/_answer.html", context, request=request)
         return {**answer, "html": html}
 
-    events = answer_events(
-        tenant=tenant,
-        user=request.user,
-        present=present,
-        runner=conversation_ask,
-        question=form.cleaned_data["question"],
-        pipeline=form.cleaned_data["pipeline"] or None,
-        conversation_id=form.cleaned_data["conversation"],
-        as_of=form.cleaned_data["as_of"],
-        options={"personalize": form.cleaned_data["personalize"]},
-    )
+    events = asking.ask_stream(tenant=tenant, user=request.user, present=present, **_ask_arguments(form))
     return StreamingHttpResponse(events, content_type=CONTENT_TYPE, headers=HEADERS)
 
 
@@ -487,27 +312,6 @@ def profile(request, tenant):
     )
 
 
-class UploadForm(forms.Form):
-    """Where the upload form's files go: one of the tenant's upload sources, or a new one by name.
-    The files themselves are the request's ``files`` (several), read by ``sources``."""
-
-    source = forms.ChoiceField(label="Upload into", required=False)
-    new_source = forms.CharField(
-        label="New source",
-        max_length=200,
-        required=False,
-        help_text="A name typed here is used instead of the list: a new upload source, or one of the list's.",
-    )
-
-    def __init__(self, *args, source_names=(), **kwargs):
-        super().__init__(*args, **kwargs)
-        self.fields["source"].choices = [(n, n) for n in source_names] + [("", "a new source (name it below)")]
-        self.fields["source"].initial = source_names[0] if source_names else ""
-
-    def source_name(self) -> str:
-        return self.cleaned_data["new_source"].strip() or self.cleaned_data["source"]
-
-
 @require_http_methods(["GET", "POST"])
 @tenant_required
 def sources(request, tenant):
@@ -527,15 +331,15 @@ def sources(request, tenant):
         names = list(upload_source_list(tenant=tenant, user=request.user).values_list("name", flat=True))
         upload_form = UploadForm(request.POST if request.method == "POST" else None, source_names=names)
     if request.method == "POST":
-        job_ids = _upload(request, tenant, upload_form)
+        job_ids = files_upload(request, tenant, upload_form)
         if job_ids:
-            return redirect(_jobs_url("portal:sources", job_ids))
+            return redirect(jobs_url("portal:sources", job_ids))
     context = {
         "tenant": tenant,
         "sources": source_overview_with_last_sync(tenant=tenant, user=request.user),
         "upload_form": upload_form,
         "usage": _usage_rows(request, tenant),
-        **_jobs_context(tenant, request.user, _job_ids(request.GET.get("jobs", ""))),
+        **jobs_context(tenant, request.user, job_ids_parse(request.GET.get("jobs", ""))),
     }
     return render(request, "portal/sources.html", context, status=400 if request.method == "POST" else 200)
 
@@ -548,84 +352,6 @@ def _usage_rows(request, tenant) -> list[QuotaUsage] | None:
     return list(quota_usage(tenant=tenant).values())
 
 
-def _upload(request, tenant, form: UploadForm) -> list[int]:
-    """Upload the request's files as ``form`` says; the ids of the jobs made. Each refused file
-    becomes an error message (``django.contrib.messages``, shown after the redirect); a refusal
-    of the whole submission is the form's error. A submission over the upload limits was stopped
-    while it streamed in (``core.uploads``): its later files and fields were never read, so none
-    of it is uploaded and the form says why."""
-    refusal = upload_refusal(request)
-    if refusal is not None:
-        form.add_error(None, f"{refusal.message} Nothing was uploaded.")
-        return []
-    if not form.is_valid():
-        return []
-    try:
-        outcomes = upload_batch_ingest(
-            tenant=tenant, user=request.user, source_name=form.source_name(), files=request.FILES.getlist("files")
-        )
-    except ApplicationError as exc:
-        form.add_error(None, exc.message)
-        return []
-    for outcome in outcomes:
-        if outcome.error:
-            messages.error(request, outcome.error)
-    job_ids = [outcome.job.pk for outcome in outcomes if outcome.job is not None]
-    if not job_ids:
-        form.add_error(None, "None of the files was uploaded.")
-    return job_ids
-
-
-def _job_ids(value: str) -> list[int]:
-    """The ids in ``?jobs=1,2`` (anything that is not an id is skipped), at most ``_MAX_JOBS_SHOWN``."""
-    ids = [int(part) for part in value.split(",")[:_MAX_JOBS_SHOWN] if _JOB_IDS.fullmatch(part.strip())]
-    return list(dict.fromkeys(ids))
-
-
-def _jobs_url(name: str, job_ids: list[int]) -> str:
-    return f"{reverse(name)}?jobs={','.join(str(i) for i in job_ids)}"
-
-
-def _jobs_context(tenant, user, job_ids: list[int]) -> dict:
-    """What ``portal/_upload_jobs.html`` renders: the tenant's jobs among ``job_ids`` (others are
-    left out), each with a one-line ``summary``, and whether any is still waiting or running."""
-    jobs = ingestion_job_list(tenant=tenant, job_ids=job_ids, user=user)
-    unfinished = (IngestionJob.Status.PENDING, IngestionJob.Status.RUNNING)
-    shown = [job.pk for job in jobs]
-    return {
-        "jobs": [{"job": job, "summary": _job_summary(job)} for job in jobs],
-        "jobs_polling": any(job.status in unfinished for job in jobs),
-        "jobs_page_url": _jobs_url("portal:sources", shown) if shown else "",
-        "jobs_fragment_url": _jobs_url("portal:upload-jobs", shown) if shown else "",
-    }
-
-
-def _job_summary(job: IngestionJob) -> str:
-    """What became of the job: its counts when done, its error when failed, else where it is."""
-    if job.status == IngestionJob.Status.DONE:
-        result = job.result or {}
-        counts = [
-            f"{result[key]} {label}"
-            for key, label in (
-                ("created", "new"),
-                ("updated", "updated"),
-                ("unchanged", "unchanged"),
-                ("duplicate", "duplicate"),
-            )
-            if result.get(key)
-        ]
-        documents = sum(result.get(key, 0) for key in ("created", "updated", "unchanged", "duplicate"))
-        noun = "document" if documents == 1 else "documents"
-        chunks = result.get("chunks", 0)
-        return f"{documents} {noun} ({', '.join(counts) or 'none'}), {chunks} chunk{'' if chunks == 1 else 's'} stored"
-    if job.status == IngestionJob.Status.FAILED:
-        return job.error
-    if job.status == IngestionJob.Status.RUNNING:
-        stage = (job.progress or {}).get("stage")
-        return f"Working: {stage}" if stage else "Working"
-    return job.error or "Waiting for a worker"
-
-
 @require_GET
 @tenant_required
 def upload_jobs(request, tenant):
@@ -633,7 +359,7 @@ def upload_jobs(request, tenant):
     here every 2 seconds with htmx while a job is waiting or running, and once all are finished
     offers to reload the page for the new counts); a request not made by htmx goes to the Sources
     page showing the same jobs. The tenant's jobs only: none found is a 404."""
-    context = _jobs_context(tenant, request.user, _job_ids(request.GET.get("jobs", "")))
+    context = jobs_context(tenant, request.user, job_ids_parse(request.GET.get("jobs", "")))
     if not context["jobs"]:
         return HttpResponse(format_html('<p class="errorlist" role="alert">{}</p>', "No such upload jobs."), status=404)
     if not getattr(request, "htmx", False):

@@ -1,18 +1,17 @@
 """What retrieval asks of the app that knows the person asking, without importing it.
 
 Retrieval sits below ``people`` (``docs/architecture.md``) and never imports it, yet a run reads
-the asker's profile and history, and the ask APIs keep each answer in the asker's conversation.
-``people`` fills in ``person`` when Django starts (``people.apps.PeopleConfig.ready``); until then
-every hook is ``None`` and a run is impersonal: no user layer in the prompt, no source feedback,
-answers not kept. The ``personal`` signal reranker registers itself the same way, with
-``retrieval.stages.rerank.signal_reranker_register``.
+the asker's profile and history. ``people`` fills in ``person`` when Django starts
+(``people.apps.PeopleConfig.ready``); until then every hook is ``None`` and a run is impersonal: no
+user layer in the prompt, no source feedback. The ``personal`` signal reranker registers itself
+the same way, with ``retrieval.stages.rerank.signal_reranker_register``. Asking, which keeps the
+answer in the asker's conversation, is no hook: it lives above retrieval, in ``people.asking``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any
 
 
 @dataclass
@@ -22,16 +21,11 @@ class PersonHooks:
     - ``user_layer(tenant, user, where, question)``: the answer prompt's description of the asker,
       ``(text, trace summary)``, or ``None``;
     - ``source_feedback_counts(tenant)``: ``{source id: (helpful, not helpful)}``, the tenant's
-      citation feedback per cited source;
-    - ``ask(tenant, user, question, conversation_id=None, **options)``: answer like
-      ``retrieval.pipeline.pipeline_answer`` (``options`` are its other arguments) and keep the
-      answer as the next turn of the asker's conversation; returns the ``AnswerRun`` with
-      ``conversation_id`` and ``turn`` set.
+      citation feedback per cited source.
     """
 
     user_layer: Callable[..., tuple[str, dict] | None] | None = None
     source_feedback_counts: Callable[..., dict[int, tuple[int, int]]] | None = None
-    ask: Callable[..., Any] | None = None
 
 
 person = PersonHooks()

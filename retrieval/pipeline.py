@@ -65,7 +65,7 @@ from retrieval.stages.superrag import SuperRAG
 from retrieval.stages.themes import Themes
 from retrieval.stages.walkingrag import WalkingRAG
 from retrieval.state import RunState
-from retrieval.tracing import trace_save
+from retrieval.tracing import run_observed, trace_save
 from retrieval.types import Answer, QueryPlan, SearchResult, Step
 
 # ---- the registry -------------------------------------------------------------------------------
@@ -327,6 +327,7 @@ def _state_new(
     return state
 
 
+@run_observed("retrieve")
 def pipeline_retrieve(
     *,
     tenant,
@@ -386,6 +387,7 @@ def _run(state: RunState) -> RunState:
     return stages_run(state, stages)
 
 
+@run_observed("answer")
 def pipeline_answer(
     *,
     tenant,

@@ -19,6 +19,7 @@ from typing import Any
 
 from llm import LLMBadOutput, LLMEmptyReply, LLMError, Usage
 from retrieval.filters import RetrievalFilter
+from retrieval.tracing import step_recorded, step_span
 from retrieval.types import Answer, CandidateLists, Passage, QueryPlan, SearchResult, Step
 
 logger = logging.getLogger(__name__)
@@ -91,18 +92,20 @@ class RunState:
         """Record ``stage`` as a step: ``with state.step(name) as step:`` then fill
         ``step.summary`` (and ``step.usage``, ``step.error``)."""
         record = Step(stage=stage, ms=0.0)
-        started = time.perf_counter()
-        try:
-            yield record
-        finally:
-            record.ms = (time.perf_counter() - started) * 1000
-            self.step_add(record)
+        with step_span(self, record):  # its OpenTelemetry span, when telemetry is on
+            started = time.perf_counter()
+            try:
+                yield record
+            finally:
+                record.ms = (time.perf_counter() - started) * 1000
+                self.step_add(record)
 
     def step_add(self, record: Step) -> None:
         """Add a finished step (``record.ms`` already measured) to the run's record: its LLM usage
         counted, ``emit`` told (``"step"``)."""
         self.steps.append(record)
         self.usage.add(record.usage)
+        step_recorded(self, record)
         if self.emit is not None:
             self.emit("step", {**record.as_dict(), "summary": record.summary})
 

@@ -21,8 +21,9 @@ run as SSE frames (WHATWG HTML Living Standard, "Server-sent events": ``event: <
 ================  ===============================================================================
 
 A comment frame (``: keep-alive``) goes out every ``KEEPALIVE_S`` seconds without events, so
-proxies do not close a connection that waits for a slow LLM. The views streaming these frames are
-``retrieval.stream_apis.AskStreamApi`` (REST) and ``portal.views.ask_stream`` (portal).
+proxies do not close a connection that waits for a slow LLM. Callers stream an ask through
+``people.asking.ask_stream`` (the REST ``people.ask_apis.AskStreamApi`` and the portal's
+``portal.views.ask_stream``), which passes its run as ``runner``.
 """
 
 from __future__ import annotations

@@ -24,6 +24,9 @@ export REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379/0}"
 export CELERY_BROKER_URL="$REDIS_URL"
 export KB_BIND="${KB_BIND:-127.0.0.1:8000}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false DEBUG="${DEBUG:-false}"
+# Prometheus multiprocess mode: gunicorn's and the Celery workers' values in one directory, which
+# /metrics adds up (docs/telemetry.md); emptied by 'up' when none of them runs yet.
+export PROMETHEUS_MULTIPROC_DIR="${PROMETHEUS_MULTIPROC_DIR:-$LAYOUT/metrics}"
 mkdir -p "$LAYOUT"
 
 database_up() {
@@ -73,6 +76,10 @@ case "${1:-}" in
     database_up
     $PY manage.py migrate --noinput -v0
     $PY manage.py collectstatic --noinput -v0
+    if ! pid_alive "$LAYOUT/gunicorn.pid" && [[ ! -f "$LAYOUT/workers" ]]; then
+      rm -f "$PROMETHEUS_MULTIPROC_DIR"/*.db
+    fi
+    mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
     if ! pid_alive "$LAYOUT/gunicorn.pid"; then
       .venv/bin/gunicorn -c config/gunicorn_conf.py config.wsgi:application \
         --daemon --pid "$LAYOUT/gunicorn.pid" --error-logfile "$LAYOUT/gunicorn.log"

@@ -33,6 +33,7 @@ from django.conf import settings
 from django.db import DataError, IntegrityError, connection, transaction
 from django.db.models import Exists, Max, OuterRef
 
+from core import metrics
 from core.errors import InvalidInput
 from core.models import Tenant
 from core.queue import task_enqueue
@@ -221,6 +222,7 @@ def documents_ingest(
     enrichment_enqueue(tenant=tenant, report=report)
     summaries_enqueue(tenant=tenant, report=report)
     report.total_seconds = time.perf_counter() - started
+    metrics.ingestion_observe(counts=report.counts(), seconds=report.total_seconds)
     return report
 
 

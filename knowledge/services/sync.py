@@ -29,6 +29,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 from tqdm import tqdm
 
+from core import metrics
 from core.audit import SYSTEM_SCHEDULE, audit_actor, audit_record
 from core.errors import ApplicationError, InvalidInput, NotFound
 from core.models import Tenant
@@ -146,6 +147,7 @@ def sync_run_execute(*, run_id: int, worker_id: str | None = None, progress: boo
         if run.status == SyncRun.Status.RUNNING and run.lease_expires_at is not None:
             raise SyncBusy(run_id, max((run.lease_expires_at - timezone.now()).total_seconds(), 0) + 1)
         return run
+    started = time.perf_counter()
     with LeaseHeartbeat(SyncRun, run_id, worker_id):
         try:
             outcome = _sync(run, worker_id, progress=progress)
@@ -153,6 +155,7 @@ def sync_run_execute(*, run_id: int, worker_id: str | None = None, progress: boo
             lease_held(SyncRun, run_id, worker_id).update(
                 status=SyncRun.Status.PENDING, worker_id="", lease_expires_at=None
             )
+            metrics.sync_run_observe(kind=run.source.kind, status="retry", seconds=time.perf_counter() - started)
             raise
         except SourceUnreachable as exc:
             outcome = {"status": SyncRun.Status.FAILED, "error": f"{exc.message} Nothing changed."}
@@ -168,6 +171,9 @@ def sync_run_execute(*, run_id: int, worker_id: str | None = None, progress: boo
     if lease_held(SyncRun, run_id, worker_id).update(finished_at=finished, lease_expires_at=None, **outcome):
         if outcome["status"] == SyncRun.Status.DONE:
             Source.objects.filter(pk=run.source_id).update(last_synced_at=finished)
+        metrics.sync_run_observe(
+            kind=run.source.kind, status=outcome["status"], seconds=time.perf_counter() - started, counts=outcome
+        )
     else:
         logger.warning("Sync run %s was taken over by another worker; its outcome is theirs to record", run_id)
     run.refresh_from_db()

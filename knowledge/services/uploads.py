@@ -35,6 +35,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from django.db.models import Q
 from django.utils import timezone
 
+from core import metrics
 from core.errors import ApplicationError, InvalidInput, PayloadTooLarge, UpstreamError
 from core.models import Tenant
 from core.queue import task_send
@@ -302,6 +303,7 @@ def ingestion_job_run(*, job_id: int, worker_id: str | None = None) -> Ingestion
             ),
         ):
             upload_files_remove(jobs=[job])
+            metrics.ingestion_job_observe(status=IngestionJob.Status.FAILED)
         job.refresh_from_db()
         return job
     with LeaseHeartbeat(IngestionJob, job_id, worker_id):
@@ -315,6 +317,7 @@ def ingestion_job_run(*, job_id: int, worker_id: str | None = None) -> Ingestion
             )
         except TRANSIENT_ERRORS as exc:
             _job_release(job_id, worker_id, exc)
+            metrics.ingestion_job_observe(status="retry")
             raise
         except ApplicationError as exc:
             status, result, error = (
@@ -333,6 +336,7 @@ def ingestion_job_run(*, job_id: int, worker_id: str | None = None) -> Ingestion
             status, result, error = IngestionJob.Status.DONE, report.as_dict(), ""
     if _job_finish(job_id, worker_id, status=status, result=result, error=error):
         upload_files_remove(jobs=[job])  # done or failed: the file is not read again
+        metrics.ingestion_job_observe(status=status)
     else:
         logger.warning("Ingestion job %s was taken over by another worker; its outcome is theirs to record", job_id)
     job.refresh_from_db()

@@ -25,6 +25,7 @@ from knowledge.ingestion.readers import read_bytes
 from knowledge.ingestion.splitters import get_splitter
 from knowledge.models import Document, DocumentVersion, IngestionJob
 from knowledge.services import IngestionJobBusy, ingestion_job_run, ingestion_jobs_recover, upload_ingest
+from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 BROKER = "redis://127.0.0.1:6379/14"  # database 14: the worker-kill test's own (test_tasks uses 15)
@@ -351,19 +352,13 @@ def test_a_job_whose_worker_keeps_dying_is_failed_after_its_last_attempt(
     assert not Document.objects.for_tenant(tenant).exists()
 
 
-def _closed_port() -> int:
-    from tests.conftest import free_port
-
-    return free_port()
-
-
 def test_an_embedding_endpoint_that_is_down_is_retried_then_the_job_fails_saying_so(
     tenant, settings, tmp_path, django_capture_on_commit_callbacks
 ):
     from knowledge.tasks import ingestion_job_task
 
     settings.KB_DATA_DIR = tmp_path
-    settings.OPENAI_BASE_URL = f"http://127.0.0.1:{_closed_port()}/v1"
+    settings.OPENAI_BASE_URL = f"http://127.0.0.1:{free_port()}/v1"
     tenant.embedder = f"openai:down-{uuid.uuid4().hex[:8]}"
     tenant.save()
     job = _queued_job(tenant, django_capture_on_commit_callbacks)
@@ -427,7 +422,7 @@ def test_an_upload_whose_broker_is_down_is_failed_saying_so_not_left_pending(
 ):
     settings.KB_DATA_DIR = tmp_path
     previous = {key: app.conf[key] for key in ("broker_url", "task_always_eager")}
-    app.conf.update(broker_url=f"redis://127.0.0.1:{_closed_port()}/0", task_always_eager=False)
+    app.conf.update(broker_url=f"redis://127.0.0.1:{free_port()}/0", task_always_eager=False)
     _forget_connections()
     try:
         with django_capture_on_commit_callbacks(execute=True):

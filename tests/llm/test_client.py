@@ -6,7 +6,6 @@ the requests it receives and how many it was handling at once.
 """
 
 import json
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from llm import (
     configured_llm,
 )
 from llm.tokenizer import count_tokens
+from tests.conftest import free_port
 
 QUESTION = [{"role": "user", "content": "How long do I boil spaghetti?"}]
 MINUTES = {
@@ -176,10 +176,7 @@ def client_for(endpoint: FakeEndpoint, **options) -> LLMClient:
 
 
 def closed_port_url() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"http://127.0.0.1:{port}/v1"
+    return f"http://127.0.0.1:{free_port()}/v1"
 
 
 # --- chat, usage and cost -----------------------------------------------------------------------

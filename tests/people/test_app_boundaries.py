@@ -1,16 +1,18 @@
 """The person's data lives in ``people``; retrieval reaches it only through what people registers."""
 
+from dataclasses import fields
 from importlib import import_module
 
 import pytest
 from django.apps import apps
 from django.contrib.contenttypes.models import ContentType
 from django.db import connection
-from django.urls import reverse
+from django.urls import resolve, reverse
 
 from people import rerank
-from people.conversations import conversation_ask
+from people.ask_apis import AskApi, AskStreamApi
 from people.models import CitationOpen, Conversation, Feedback, Turn
+from retrieval import apis as retrieval_apis
 from retrieval import hooks
 from retrieval.stages.rerank import SIGNAL_RERANKERS, signal_rerankers
 from tests.api.conftest import client_for
@@ -46,7 +48,6 @@ def test_upgrading_relabels_the_old_content_types_keeping_their_ids(db):
 
 
 def test_people_registers_the_personal_reranker_and_its_hooks(db):
-    assert hooks.person.ask is conversation_ask
     assert hooks.person.user_layer is not None and hooks.person.source_feedback_counts is not None
     assert SIGNAL_RERANKERS.index("people.rerank") == SIGNAL_RERANKERS.index("retrieval.stages.rerank.diversity") - 1
     assert rerank in signal_rerankers()
@@ -54,18 +55,17 @@ def test_people_registers_the_personal_reranker_and_its_hooks(db):
         hooks.person_hooks_register(horoscope=lambda **_: None)
 
 
-def test_without_the_ask_hook_the_ask_api_answers_but_keeps_no_conversation(corpus, member, monkeypatch):
-    monkeypatch.setattr(hooks.person, "ask", None)
-    client = client_for(member)
-    response = client.post(reverse("api:ask"), {"question": "How do I fix a flat bicycle tyre?"}, format="json")
-    assert response.status_code == 200 and response.json()["answer"]
-    assert "conversation_id" not in response.json() or response.json()["conversation_id"] is None
-    assert not Conversation.objects.exists()
-    follow_up = client.post(reverse("api:ask"), {"question": "Which glue?", "conversation": 1}, format="json")
-    assert follow_up.status_code == 404
+def test_retrieval_has_no_ask_hook_asking_lives_in_people(db):
+    assert "ask" not in {f.name for f in fields(hooks.PersonHooks)}
+    assert not hasattr(hooks.person, "ask")
+    with pytest.raises(TypeError, match="Unknown person hook 'ask'"):
+        hooks.person_hooks_register(ask=lambda **_: None)
+    assert not hasattr(retrieval_apis, "AskApi") and not hasattr(retrieval_apis, "ask_run")
+    assert resolve(reverse("api:ask")).func.view_class is AskApi
+    assert resolve(reverse("api:ask-stream")).func.view_class is AskStreamApi
 
 
-def test_with_the_ask_hook_the_ask_api_keeps_the_answer_as_a_turn(corpus, member):
+def test_the_ask_api_keeps_the_answer_as_a_turn(corpus, member):
     response = client_for(member).post(
         reverse("api:ask"), {"question": "How do I fix a flat bicycle tyre?"}, format="json"
     )

@@ -14,12 +14,13 @@ from django.core.management import call_command
 
 from core.commands import TenantCommand
 from demo.services import EXAMPLE_QUESTION, demo_setup
-from retrieval.pipeline import pipeline_answer
+from people.asking import ask
 
 
 def example_answer(*, tenant, question: str):
-    """The demo's one call into retrieval: an ``Answer`` (``.text``, ``.citations``) to ``question``."""
-    return pipeline_answer(tenant=tenant, question=question).answer
+    """The demo's one question, asked as every caller asks (``people.asking.ask``, as the operator:
+    no member, so nothing is kept): an ``Answer`` (``.text``, ``.citations``) to ``question``."""
+    return ask(tenant=tenant, user=None, question=question).answer
 
 
 class Command(TenantCommand):

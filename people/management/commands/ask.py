@@ -1,15 +1,19 @@
 import json
 
+from django.core.management.base import CommandError
+
 from core.commands import TenantCommand
 from knowledge.versions import as_of_parse
-from retrieval.pipeline import PIPELINE_NAMES, pipeline_answer
+from people.asking import ask
+from retrieval.pipeline import PIPELINE_NAMES
 from retrieval.stages.rerank.near_duplicates import duplicate_lines
 
 
 class Command(TenantCommand):
     help = (
         "Answer a question: the short answer, then the explanation with citations (sentences no passage "
-        'supports are listed after it): manage.py ask --tenant SLUG [--pipeline NAME] [--json] "QUESTION"'
+        "supports are listed after it); with --user, the answer is kept in that member's conversations: "
+        'manage.py ask --tenant SLUG [--pipeline NAME] [--user NAME [--conversation ID]] [--json] "QUESTION"'
     )
 
     def add_arguments(self, parser):
@@ -26,15 +30,22 @@ class Command(TenantCommand):
         parser.add_argument(
             "--no-collapse", action="store_true", help="keep every near-duplicate copy (default: the tenant's setting)"
         )
-        parser.add_argument("--user", help="ask as this member of the tenant (personalized, on their trace)")
+        parser.add_argument(
+            "--user",
+            help="ask as this member of the tenant (personalized, on their trace, kept in their conversations)",
+        )
+        parser.add_argument("--conversation", type=int, help="with --user: continue this conversation of theirs")
         parser.add_argument("--no-personalize", action="store_true", help="with --user: rank and prompt as for anyone")
 
     def handle(self, *args, **o):
+        if o["conversation"] is not None and not o["user"]:
+            raise CommandError("--conversation needs --user: a conversation is a member's.")
         tenant = self.tenant(o["tenant"])
-        run = pipeline_answer(
+        run = ask(
             tenant=tenant,
             user=self.member(tenant, o["user"]),
             question=o["question"],
+            conversation_id=o["conversation"],
             pipeline=o["pipeline"],
             k=o["k"],
             strategy=o["strategy"],
@@ -42,7 +53,8 @@ class Command(TenantCommand):
             reverse_pack=not o["no_reverse_pack"],
             use_llm=not o["extractive"],
             as_of=as_of_parse(o["as_of"]),
-            options={"collapse": False if o["no_collapse"] else None, "personalize": not o["no_personalize"]},
+            collapse=False if o["no_collapse"] else None,
+            personalize=not o["no_personalize"],
         )
         if o["json"]:
             payload = run.as_dict()
@@ -69,3 +81,5 @@ class Command(TenantCommand):
             self.stderr.write(f"Degraded: {run.degraded_reason}")
         steps = ", ".join(f"{s.stage} {s.ms:.0f} ms" for s in run.steps)
         self.stderr.write(f"Pipeline {run.pipeline} (trace {run.trace_id}): {steps}")
+        if run.conversation_id:
+            self.stderr.write(f"Conversation {run.conversation_id}, turn {run.turn}")
