@@ -1,5 +1,8 @@
 """The Celery app. Without a broker (``CELERY_BROKER_URL``/``REDIS_URL`` unset) tasks run eagerly.
 
+With ``KB_EMBED_QUEUE`` set, the embedding task goes to that queue: start GPU workers with
+``-Q <that queue>`` and ``KB_EMBED_DEVICE=cuda``, the others on the default queue (docs/scale.md).
+
 Periodic tasks run under Celery beat: ``.venv/bin/celery -A config beat -l info`` (next to a
 worker, ``.venv/bin/celery -A config worker -l info``): trace retention, and the recovery of
 ingestion jobs whose worker died (their lease ran out), every ``KB_JOB_LEASE_S`` seconds.
@@ -20,12 +23,18 @@ from django.conf import settings
 
 from core.rls import rls_celery_connect
 from core.telemetry import telemetry_setup, telemetry_shutdown
+from knowledge.task_names import CHUNKS_EMBED
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("knowledge_base")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+# Embedding on a queue of its own when KB_EMBED_QUEUE names one (GPU workers: -Q <queue>); the
+# other tasks stay on the default queue ("celery"), where CPU workers parse, split and write.
+if settings.KB_EMBED_QUEUE:
+    app.conf.task_routes = {CHUNKS_EMBED: {"queue": settings.KB_EMBED_QUEUE}}
 
 # Tasks start as the tables' owner (core.rls) and bind the tenant of the object they work on.
 rls_celery_connect()

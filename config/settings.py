@@ -90,6 +90,8 @@ MIDDLEWARE = [
     # Row-level security: each request's statements run as the non-superuser role kb_app, bound to
     # the tenant the view resolves (core.rls, docs/rls.md).
     "core.rls.RowLevelSecurityMiddleware",
+    # After a member's write, their reads stay on the primary until replicas replay it (core.replicas).
+    "core.replicas.ReplicaWriteMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django_htmx.middleware.HtmxMiddleware",  # request.htmx: the portal answers htmx with fragments
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
@@ -137,6 +139,46 @@ DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 KB_RLS = env_bool("KB_RLS", True)
 DATABASES["default"]["ENGINE"] = "core.postgresql"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Read replicas (core.replicas, docs/scale.md): PostgreSQL streaming replicas of the primary, one
+# alias each (replica1, replica2...). Only search, ask and the portal's reading pages read from
+# them; writes, migrations and ingestion use the primary. Under the test runner they mirror
+# "default" (no test database is created for them).
+DATABASE_REPLICA_URLS = env_list("DATABASE_REPLICA_URLS", [])
+KB_REPLICA_ALIASES: list[str] = []
+for _n, _url in enumerate(DATABASE_REPLICA_URLS, start=1):
+    if _url.split("://", 1)[0] not in ("postgres", "postgresql", "pgsql"):
+        raise ImproperlyConfigured(f"DATABASE_REPLICA_URLS: {_url!r} must be a postgresql:// URL.")
+    _replica = dj_database_url.parse(_url)
+    _replica.update(
+        ENGINE="core.postgresql",
+        CONN_MAX_AGE=DATABASES["default"]["CONN_MAX_AGE"],
+        CONN_HEALTH_CHECKS=True,
+        TEST={"MIRROR": "default"},
+    )
+    _replica.setdefault("OPTIONS", {}).setdefault("connect_timeout", 2)  # a dead host is skipped fast
+    DATABASES[f"replica{_n}"] = _replica
+    KB_REPLICA_ALIASES.append(f"replica{_n}")
+DATABASE_ROUTERS = ["core.replicas.ReplicaRouter"]
+# A replica further behind the primary than this many seconds is skipped until it catches up.
+KB_REPLICA_MAX_LAG_S = env_float("KB_REPLICA_MAX_LAG_S", 5.0, minimum=0)
+# Read-your-writes: after a member's write their reads wait for a replica to replay it, at most
+# this many seconds (then the lag limit alone applies).
+KB_REPLICA_RYW_S = env_int("KB_REPLICA_RYW_S", 30, minimum=1)
+# How often a web process checks a replica's replay position (s), and how long one that failed to
+# connect is skipped (s).
+KB_REPLICA_CHECK_S = env_float("KB_REPLICA_CHECK_S", 1.0, minimum=0)
+KB_REPLICA_RETRY_S = env_float("KB_REPLICA_RETRY_S", 5.0, minimum=0)
+# Where writes' WAL positions are kept for read-your-writes: Redis when REDIS_URL is set (shared by
+# every web process and worker), else this process's memory.
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "replicas": (
+        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": env_str("REDIS_URL"), "KEY_PREFIX": "kb"}
+        if env_str("REDIS_URL")
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "kb-replicas"}
+    ),
+}
 
 # --- Celery ---------------------------------------------------------------------------------
 CELERY_BROKER_URL = env_url(
@@ -220,6 +262,22 @@ KB_EMBEDDER_BACKEND = env_choice("KB_EMBEDDER_BACKEND", "onnx", ["torch", "onnx"
 KB_EMBED_THREADS = env_int("KB_EMBED_THREADS", 0, minimum=0)
 # Query embeddings kept per embedder (LRU; repeated questions skip the model); 0 disables.
 KB_QUERY_EMBED_CACHE = env_int("KB_QUERY_EMBED_CACHE", 1024, minimum=0)
+# Where the local embedders run (knowledge.embedders.device): "cpu"; "cuda" (the GPU, at fp16; the
+# torch backend only, and refused at first use when no GPU is visible); "auto" (the GPU when the
+# torch backend is chosen and PyTorch sees one, else the CPU). KB_EMBED_BATCH_SIZE is the CPU's
+# batch, KB_EMBED_BATCH_SIZE_CUDA the GPU's (a GPU only fills up on large batches).
+KB_EMBED_DEVICE = env_choice("KB_EMBED_DEVICE", "cpu", ["cpu", "cuda", "auto"])
+if KB_EMBED_DEVICE == "cuda" and KB_EMBEDDER_BACKEND != "torch":
+    raise ImproperlyConfigured(
+        f"KB_EMBED_DEVICE=cuda needs KB_EMBEDDER_BACKEND=torch (the {KB_EMBEDDER_BACKEND!r} backend runs an fp32 "
+        "ONNX graph on the CPU); set KB_EMBEDDER_BACKEND=torch, or KB_EMBED_DEVICE=cpu or auto."
+    )
+KB_EMBED_BATCH_SIZE_CUDA = env_int("KB_EMBED_BATCH_SIZE_CUDA", 256, minimum=1)
+# The Celery queue of the embedding task (knowledge.tasks.chunks_embed_task). Empty (the default):
+# ingestion embeds inline, in the worker that parses, splits and writes, and a document is fully
+# searchable when its job ends. A name (e.g. "embed"): ingestion stores chunks without embeddings
+# and queues their embedding there, for GPU workers started with -Q <name> (docs/scale.md).
+KB_EMBED_QUEUE = env_str("KB_EMBED_QUEUE")
 # --- The tenant boundary (docs/security.md) ---------------------------------------------------
 # Uploads: the largest file, and the largest multipart request (several files of the portal's
 # form), refused while the body streams in (core.uploads). KB_MAX_UPLOAD_MB is the setting;

@@ -213,3 +213,15 @@ def source_sync_run_get(*, tenant: Tenant, source_id: int, run_id: int) -> SyncR
     if run is None:
         raise NotFound(f"Sync run {run_id} not found.")
     return run
+
+
+def sources_syncing(*, tenant: Tenant, user=None) -> list[str]:
+    """Names (sorted) of ``tenant``'s sources, of those ``user`` may see, with a sync run pending or
+    running: what an answer made now may not hold yet. Empty when everything is in."""
+    scope = access_scope_get(tenant=tenant, user=user)
+    return sorted(
+        sources_visible(Source.objects.for_tenant(tenant), scope)
+        .filter(sync_runs__status__in=[SyncRun.Status.PENDING, SyncRun.Status.RUNNING])
+        .values_list("name", flat=True)
+        .distinct()
+    )

@@ -150,7 +150,11 @@ class SyncRunOutputSerializer(serializers.Serializer):
     failed = serializers.IntegerField()
     errors = serializers.JSONField(help_text='[{"document", "error"}] for each document that failed alone.')
     error = serializers.CharField()
-    progress = serializers.JSONField(help_text='While it runs, e.g. {"stage": "ingesting", "items", "done"}.')
+    progress = serializers.JSONField(
+        help_text='While it runs: {"stage": "listing"}, then {"stage": "ingesting", "items": files to read, '
+        '"done": files read, "chunks": chunks stored, "chunks_per_s", "eta_s": seconds left (null before '
+        'the first file is in)}, then {"stage": "deleting"}; {} once it ended.'
+    )
     created_at = serializers.DateTimeField()
     started_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)

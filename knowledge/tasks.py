@@ -18,6 +18,7 @@ from knowledge import task_names
 from knowledge.dedup.services import near_duplicates_refresh
 from knowledge.enrichment.services import chunks_enrich
 from knowledge.models import IngestionJob, SyncRun
+from knowledge.services.embeddings import chunks_embed
 from knowledge.services.maintenance import tables_maintain
 from knowledge.services.sync import SyncBusy, sources_sync_due, sync_run_execute
 from knowledge.services.uploads import (
@@ -151,3 +152,12 @@ def tables_maintain_task() -> dict:
     """``VACUUM (ANALYZE)`` the tables ingestions grow (``knowledge.services.maintenance``);
     queued, batched, after ingestions. Shared tables, so it runs as the owner."""
     return tables_maintain()
+
+
+@shared_task(name=task_names.CHUNKS_EMBED, time_limit=settings.CELERY_TASK_TIME_LIMIT, **TENANT_STEP_TASK)
+def chunks_embed_task(tenant_id: int) -> dict:
+    """Embed tenant ``tenant_id``'s chunks stored without embeddings
+    (``knowledge.services.embeddings.chunks_embed``); queued after each ingestion when
+    ``KB_EMBED_QUEUE`` is set, and routed to that queue (``config.celery``)."""
+    with tenant_context(tenant_id):
+        return chunks_embed(tenant_id=tenant_id)

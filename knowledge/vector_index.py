@@ -138,7 +138,8 @@ def tenant_vector_index_ensure(*, tenant_id: int, embedder_key: str, min_chunks:
         if tenant_vector_index_exists(tenant_id=tenant_id, embedder_key=embedder_key):
             return name
         cursor.execute(
-            "SELECT vector_dims(embedding) FROM knowledge_chunk WHERE tenant_id = %s AND embedder = %s LIMIT 1",
+            "SELECT vector_dims(embedding) FROM knowledge_chunk"
+            " WHERE tenant_id = %s AND embedder = %s AND embedding IS NOT NULL LIMIT 1",
             [tenant_id, embedder_key],
         )
         dimensions = cursor.fetchone()[0]

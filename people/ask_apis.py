@@ -95,7 +95,23 @@ class AskApi(APIView):
         short_answer = serializers.CharField(
             allow_blank=True,
             help_text="The direct answer (a name, number, date, yes/no or one short sentence); "
-            "empty when the passages do not hold the answer.",
+            "empty when the passages do not hold the answer or, without an LLM, when the question "
+            "has no one-sentence answer or no sentence answers it surely (then `lead` leads).",
+        )
+
+        class LeadSerializer(serializers.Serializer):
+            n = serializers.IntegerField(help_text="The citation number of the passage.")
+            document = serializers.CharField(allow_blank=True, help_text="The document's external id.")
+            title = serializers.CharField(allow_blank=True, help_text="The document's title.")
+            section = serializers.CharField(allow_blank=True, help_text="Its section path; empty at the top.")
+            uri = serializers.CharField(allow_blank=True)
+            text = serializers.CharField(help_text="The passage's most relevant paragraph.")
+
+        lead = LeadSerializer(
+            allow_null=True,
+            required=False,
+            help_text="Extractive answers without a short answer (how-to questions, unsure facts): "
+            "the passage to show first; null otherwise.",
         )
         answer = serializers.CharField(help_text="The explanation, with [n] markers.")
         mode = serializers.ChoiceField(choices=("llm", "extractive"))
@@ -128,6 +144,10 @@ class AskApi(APIView):
         scores = serializers.DictField(
             allow_null=True,
             help_text="Answer-quality scores (coverage, support, LLM judge) when KB_SCORE_ANSWERS is on, else null.",
+        )
+        syncing = serializers.ListField(
+            child=serializers.CharField(),
+            help_text="Sources still syncing when this was answered: their documents may be missing from it.",
         )
         escalation = serializers.DictField(
             required=False,

@@ -23,7 +23,8 @@ from datetime import date
 from typing import TYPE_CHECKING, Any
 
 from core.errors import PermissionDenied
-from knowledge.selectors import source_ids_for_names
+from core.replicas import replica_reads
+from knowledge.selectors import source_ids_for_names, sources_syncing
 from people.conversations import conversation_ask
 from retrieval.pipeline import CONFIGURED, AnswerRun, pipeline_answer
 from retrieval.streaming import answer_events
@@ -76,7 +77,8 @@ def ask(
       ``"token"``), as ``pipeline_answer`` does.
 
     Returns the ``AnswerRun`` (``as_dict()`` is the ask API's JSON); ``conversation_id`` and
-    ``turn`` are set when the answer was kept.
+    ``turn`` are set when the answer was kept; ``syncing`` names the sources (of those ``user`` may
+    see) still syncing, whose documents the answer may lack.
 
     Errors (``core.errors``, each with a stable code): ``InvalidInput`` for a bad question or
     option (``unknown_source`` for a source name), ``NotFound`` for a conversation that is not the
@@ -153,6 +155,7 @@ def ask_stream(
     )
 
 
+@replica_reads  # retrieval reads from a healthy replica; the trace and the turn are written to the primary
 def _answer(
     *, tenant, user, question: str, conversation_id: int | None, source_ids: list[int] | None, **run_options
 ) -> AnswerRun:
@@ -161,12 +164,15 @@ def _answer(
     if user is None:
         if conversation_id is not None:
             raise PermissionDenied("Conversations need a signed-in user.")
-        return pipeline_answer(tenant=tenant, user=None, question=question, source_ids=source_ids, **run_options)
-    return conversation_ask(
-        tenant=tenant,
-        user=user,
-        question=question,
-        conversation_id=conversation_id,
-        source_ids=source_ids,
-        **run_options,
-    )
+        run = pipeline_answer(tenant=tenant, user=None, question=question, source_ids=source_ids, **run_options)
+    else:
+        run = conversation_ask(
+            tenant=tenant,
+            user=user,
+            question=question,
+            conversation_id=conversation_id,
+            source_ids=source_ids,
+            **run_options,
+        )
+    run.syncing = sources_syncing(tenant=tenant, user=user)
+    return run

@@ -14,6 +14,7 @@ from django.db.models import Max
 
 from core.errors import PermissionDenied
 from core.memberships import membership_get
+from core.replicas import replica_write_mark
 from people.models import Conversation, Turn
 from people.selectors import conversation_get
 from retrieval.pipeline import AnswerRun, pipeline_answer
@@ -79,6 +80,8 @@ def conversation_ask(*, tenant, user, question: str, conversation_id: int | None
             pipeline=run.pipeline,
             trace_id=run.trace_id,
         )
+    # The member's next reads (a follow-up, their history) wait for a replica to replay the turn.
+    transaction.on_commit(lambda: replica_write_mark(tenant_id=tenant.pk, user_id=user.pk))
     run.conversation_id, run.turn = conversation.pk, order
     return run
 

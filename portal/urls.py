@@ -25,5 +25,6 @@ urlpatterns = [
     path("profile/", views.profile, name="profile"),
     path("sources/", views.sources, name="sources"),
     path("sources/jobs/", views.upload_jobs, name="upload-jobs"),
+    path("sources/table/", views.sources_table, name="sources-table"),
     path("documents/<int:document_id>/", views.document_detail, name="document"),
 ]

@@ -29,6 +29,8 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from core.errors import ApplicationError, NotFound, PermissionDenied
 from core.memberships import membership_choose, membership_for_request
+from core.replicas import replica_reads
+from knowledge.models import SyncRun
 from knowledge.selectors import (
     chunk_list_for_version,
     document_get,
@@ -148,6 +150,7 @@ def thread_context(tenant, user, answer: dict) -> dict | None:
 
 @require_GET
 @tenant_required
+@replica_reads
 def conversations(request, tenant):
     """The user's conversations, most recent first (the first 100); each unfolds its questions in
     place (htmx loads ``conversation_detail``'s fragment) and continues on the ask page."""
@@ -160,6 +163,7 @@ def conversations(request, tenant):
 
 @require_GET
 @tenant_required
+@replica_reads
 def conversation_detail(request, tenant, conversation_id: int):
     """One of the user's conversations: its questions and answers (the fragment
     ``portal/_conversation_turns.html`` for htmx, a page otherwise). 404 if it is not theirs."""
@@ -336,12 +340,35 @@ def sources(request, tenant):
             return redirect(jobs_url("portal:sources", job_ids))
     context = {
         "tenant": tenant,
-        "sources": source_overview_with_last_sync(tenant=tenant, user=request.user),
+        **sources_table_context(tenant, request.user),
         "upload_form": upload_form,
         "usage": _usage_rows(request, tenant),
         **jobs_context(tenant, request.user, job_ids_parse(request.GET.get("jobs", ""))),
     }
     return render(request, "portal/sources.html", context, status=400 if request.method == "POST" else 200)
+
+
+def sources_table_context(tenant, user) -> dict:
+    """What ``portal/_sources_table.html`` renders: the sources ``user`` may see with their last
+    sync (``sources``), and ``sources_syncing``: whether one has a run pending or running (the
+    table then polls ``sources_table`` every 2 seconds)."""
+    rows = source_overview_with_last_sync(tenant=tenant, user=user)
+    active = (SyncRun.Status.PENDING, SyncRun.Status.RUNNING)
+    return {"sources": rows, "sources_syncing": any(s.last_sync and s.last_sync.status in active for s in rows)}
+
+
+@require_GET
+@tenant_required
+def sources_table(request, tenant):
+    """The sources table alone (the fragment ``portal/_sources_table.html``), which htmx polls
+    every 2 seconds while a source syncs: its documents done of total, chunks per second and time
+    left move without a reload, and the counts are fresh once it ends (the polling stops then).
+    A request not made by htmx goes to the Sources page."""
+    if not getattr(request, "htmx", False):
+        return redirect("portal:sources")
+    response = render(request, "portal/_sources_table.html", sources_table_context(tenant, request.user))
+    patch_vary_headers(response, ["HX-Request"])
+    return response
 
 
 def _usage_rows(request, tenant) -> list[QuotaUsage] | None:
@@ -371,6 +398,7 @@ def upload_jobs(request, tenant):
 
 @require_GET
 @tenant_required
+@replica_reads  # a reading page: from a healthy replica when there are some (core.replicas)
 def document_detail(request, tenant, document_id: int):
     """A document's version (``?version=<n>``, the current one by default) chunk by chunk, its
     versions, and with ``?diff=<m>`` a word diff between the two (the fragment

@@ -223,13 +223,17 @@ class AnswerRun:
     turn: int | None = None
     # The numbered passages the answer was written from (``[n]`` is ``passages[n - 1]``).
     passages: list = field(default_factory=list)
+    # Set by ``people.asking``: names of the sources still syncing when the question was answered
+    # (``knowledge.selectors.sources_syncing``); the answer may lack what they will bring.
+    syncing: list[str] = field(default_factory=list)
 
     @property
     def pipeline(self) -> str:
         return self.retrieval.pipeline
 
     def as_dict(self) -> dict:
-        """The API/CLI shape: the answer's fields plus pipeline, trace_id, degraded, steps, usage."""
+        """The API/CLI shape: the answer's fields plus pipeline, trace_id, degraded, steps, usage,
+        scores and ``syncing`` (source names still syncing; empty when all are in)."""
         return {
             **self.answer.as_dict(),
             "pipeline": self.pipeline,
@@ -239,6 +243,7 @@ class AnswerRun:
             "steps": [step.as_dict() for step in self.steps],
             "usage": self.usage.as_dict(),
             "scores": self.scores,
+            "syncing": self.syncing,
             **({"escalation": self.escalation} if self.escalation else {}),
             **({"conversation_id": self.conversation_id, "turn": self.turn} if self.conversation_id else {}),
         }

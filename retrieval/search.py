@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from core.replicas import replica_reads
 from retrieval.config import FUSIONS, MAX_QUERY_CHARS, MODES, SearchConfig
 from retrieval.pipeline import pipeline_retrieve, pipeline_spec
 from retrieval.types import SearchResult
@@ -30,6 +31,7 @@ class SearchResponse:
     config: SearchConfig
 
 
+@replica_reads  # reads from a healthy replica when there are some (core.replicas)
 def chunk_search(
     *,
     tenant,

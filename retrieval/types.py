@@ -202,6 +202,9 @@ class Answer:
     share of those sentences with at least one citation, in [0, 1] (0.0 without sentences);
     ``unsupported`` the sentences no passage supports. ``mode`` is "llm" or "extractive";
     ``found`` is false when the documents hold no answer. ``timings_ms`` in milliseconds.
+    ``lead`` (extractive answers without a short answer, else ``None``) is the passage to show
+    first: ``{"n", "document" (external id), "title", "section", "uri", "text" (its most relevant
+    paragraph)}``; ``n`` is among the citations.
     """
 
     question: str
@@ -214,11 +217,13 @@ class Answer:
     sentences: list[dict] = field(default_factory=list)
     citation_coverage: float = 0.0
     unsupported: list[str] = field(default_factory=list)
+    lead: dict | None = None
 
     def as_dict(self) -> dict:
         return {
             "question": self.question,
             "short_answer": self.short_answer,
+            "lead": self.lead,
             "answer": self.text,
             "mode": self.mode,
             "found": self.found,

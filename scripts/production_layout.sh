@@ -12,6 +12,8 @@
 # KB_PG_PORT (55432), REDIS_URL (redis://127.0.0.1:6379/0), KB_CELERY_WORKERS (2), KB_BIND
 # (127.0.0.1:8000), KB_WEB_WORKERS / KB_WEB_THREADS (config/gunicorn_conf.py), KB_DATA_DIR
 # (shared by the web server and the workers: uploads are stored there and read by the workers).
+# KB_PG_REPLICAS (1) streaming replicas of the database on ports KB_PG_REPLICA_PORT (55433) and up,
+# which search, ask and the portal's reading pages read from (DATABASE_REPLICA_URLS; 0: none).
 # Each worker embeds with cores / workers threads unless KB_WORKER_EMBED_THREADS says otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +21,8 @@ PY=.venv/bin/python
 export KB_DATA_DIR="${KB_DATA_DIR:-$PWD/.kb-data}"
 LAYOUT="${KB_LAYOUT_DIR:-$KB_DATA_DIR/layout}"
 PG_PORT="${KB_PG_PORT:-55432}"
+REPLICAS="${KB_PG_REPLICAS:-1}"
+REPLICA_PORT="${KB_PG_REPLICA_PORT:-55433}"
 WORKERS="${KB_CELERY_WORKERS:-2}"
 export REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379/0}"
 export CELERY_BROKER_URL="$REDIS_URL"
@@ -32,8 +36,16 @@ mkdir -p "$LAYOUT"
 database_up() {
   DATABASE_URL="$($PY scripts/remote_postgres.py start "$LAYOUT/postgres" --port "$PG_PORT")"
   export DATABASE_URL
-  printf 'export DATABASE_URL=%q CELERY_BROKER_URL=%q KB_DATA_DIR=%q\n' \
-    "$DATABASE_URL" "$CELERY_BROKER_URL" "$KB_DATA_DIR" >"$LAYOUT/env"
+  # Streaming replicas (pg_basebackup -R from the primary, hot standbys on ports of their own).
+  local urls=() i
+  for ((i = 1; i <= REPLICAS; i++)); do
+    urls+=("$($PY scripts/replica_postgres.py start "$LAYOUT/replica$i" --primary "$DATABASE_URL" \
+      --port $((REPLICA_PORT + i - 1)))")
+  done
+  DATABASE_REPLICA_URLS="$(IFS=,; echo "${urls[*]}")"
+  export DATABASE_REPLICA_URLS
+  printf 'export DATABASE_URL=%q DATABASE_REPLICA_URLS=%q CELERY_BROKER_URL=%q KB_DATA_DIR=%q\n' \
+    "$DATABASE_URL" "$DATABASE_REPLICA_URLS" "$CELERY_BROKER_URL" "$KB_DATA_DIR" >"$LAYOUT/env"
 }
 
 pid_alive() { [[ -f "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
@@ -43,7 +55,10 @@ workers_start() {
   threads="${KB_WORKER_EMBED_THREADS:-$(($(nproc) / n > 0 ? $(nproc) / n : 1))}"
   # N nodes (celery1 ... celeryN), each a main process and one pool process (prefork: the hard
   # time limit needs it); one task at a time each (CELERY_WORKER_PREFETCH_MULTIPLIER=1).
+  # With KB_EMBED_QUEUE set (embedding on a queue of its own), these workers take that queue too:
+  # one machine, no GPU worker of its own (docs/scale.md, GPU workers).
   KB_EMBED_THREADS="$threads" .venv/bin/celery multi start "$n" -A config --pool=prefork -c 1 -l info \
+    -Q "celery${KB_EMBED_QUEUE:+,$KB_EMBED_QUEUE}" \
     --pidfile="$LAYOUT/%n.pid" --logfile="$LAYOUT/%n.log" >/dev/null
   for i in $(seq 1 "$n"); do
     for _ in $(seq 1 100); do pid_alive "$LAYOUT/celery$i.pid" && break; sleep 0.2; done
@@ -97,6 +112,7 @@ case "${1:-}" in
       || { echo "gunicorn does not answer on $KB_BIND: see $LAYOUT/gunicorn.log" >&2; exit 1; }
     echo "web:      http://$KB_BIND/ (gunicorn, config/gunicorn_conf.py)"
     echo "database: ${DATABASE_URL%%:*}://postgres:***@127.0.0.1:$PG_PORT/knowledge_base"
+    ((REPLICAS > 0)) && echo "replicas: $REPLICAS streaming, from 127.0.0.1:$REPLICA_PORT (DATABASE_REPLICA_URLS)"
     echo "broker:   $CELERY_BROKER_URL, $(cat "$LAYOUT/workers") Celery worker processes and beat"
     echo "logs:     $LAYOUT/*.log; variables: eval \"\$(scripts/production_layout.sh env)\""
     ;;
@@ -114,10 +130,13 @@ case "${1:-}" in
     stop_pidfile "$LAYOUT/gunicorn.pid"
     workers_stop
     stop_pidfile "$LAYOUT/beat.pid"
+    for dir in "$LAYOUT"/replica*/; do
+      [[ -d "$dir" ]] && $PY scripts/replica_postgres.py stop "$dir"
+    done
     $PY scripts/remote_postgres.py stop "$LAYOUT/postgres"
     ;;
   *)
-    sed -n '2,14p' "$0" >&2
+    sed -n '2,17p' "$0" >&2
     exit 2
     ;;
 esac

@@ -28,6 +28,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from knowledge.embedders.base import BACKENDS, QueryCacheMixin
+from knowledge.embedders.device import embed_batch_size, embed_device_resolve
 
 # Bump when the exported graph changes (inputs, outputs, pooling, quantization settings): a new
 # folder is exported and the old one is left alone.
@@ -86,7 +87,7 @@ MINILM = LocalModel(
 
 
 class LocalSentenceEmbedder(QueryCacheMixin):
-    """A ``LocalModel`` on the CPU (Reimers & Gurevych 2019, sentence-transformers).
+    """A ``LocalModel`` on the CPU or a GPU (Reimers & Gurevych 2019, sentence-transformers).
 
     ``backend`` (default ``KB_EMBEDDER_BACKEND``): ``"torch"`` runs sentence-transformers;
     ``"onnx"`` and ``"onnx-int8"`` run ONNX Runtime on the graph ``onnx_export_ensure`` makes from
@@ -95,9 +96,13 @@ class LocalSentenceEmbedder(QueryCacheMixin):
     ``tokenizer.json`` (Hugging Face ``tokenizers``). ``cache_dir`` overrides where the export
     lives (default ``KB_DATA_DIR/models``). ``threads`` (default ``KB_EMBED_THREADS``; 0 = the
     library's default, one per core) caps the threads one call uses: ONNX Runtime's intra-op
-    threads of this model's graph, or torch's process-wide count. Inputs longer than
-    ``model.max_seq_length`` word pieces are truncated. Raises ``ImproperlyConfigured`` for an unknown backend, and whatever
-    ``model.model_dir()`` raises when the model is not installed.
+    threads of this model's graph, or torch's process-wide count. ``device`` (default
+    ``KB_EMBED_DEVICE``; ``knowledge.embedders.device``) is ``"cpu"``, ``"cuda"`` (the torch
+    backend with fp16 weights on the GPU; ``half=False`` keeps fp32 there, for measurements) or
+    ``"auto"``; ``self.device`` is where it resolved to, and ``batch_size`` defaults to that
+    device's (``embed_batch_size``). Inputs longer than ``model.max_seq_length`` word pieces are
+    truncated. Raises ``ImproperlyConfigured`` for an unknown backend or device, or ``cuda``
+    that cannot be had, and whatever ``model.model_dir()`` raises when the model is not installed.
     """
 
     def __init__(
@@ -109,6 +114,8 @@ class LocalSentenceEmbedder(QueryCacheMixin):
         cache_dir: Path | None = None,
         query_cache_size: int | None = None,
         threads: int | None = None,
+        device: str | None = None,
+        half: bool = True,
     ):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         backend = backend or settings.KB_EMBEDDER_BACKEND
@@ -118,7 +125,9 @@ class LocalSentenceEmbedder(QueryCacheMixin):
         self.key = model.key
         self.dimensions = model.dimensions
         self.backend = backend
-        self.batch_size = batch_size or settings.KB_EMBED_BATCH_SIZE
+        self.device = embed_device_resolve(device, backend=backend)
+        self.half = half and self.device == "cuda"
+        self.batch_size = batch_size or embed_batch_size(self.device)
         self._lock = threading.Lock()
         self.threads = settings.KB_EMBED_THREADS if threads is None else threads
         model_dir = model.model_dir()
@@ -129,7 +138,9 @@ class LocalSentenceEmbedder(QueryCacheMixin):
                 import torch
 
                 torch.set_num_threads(self.threads)  # process-wide, like torch itself
-            self.model = SentenceTransformer(str(model_dir), device="cpu")
+            self.model = SentenceTransformer(str(model_dir), device=self.device)
+            if self.half:
+                self.model.half()  # fp16 weights and activations on the GPU
         else:
             import onnxruntime
             from tokenizers import Tokenizer
@@ -165,7 +176,10 @@ class LocalSentenceEmbedder(QueryCacheMixin):
                     normalize_embeddings=True,
                     show_progress_bar=False,
                 )
-            return np.asarray(vectors, dtype=np.float32)
+            vectors = np.asarray(vectors, dtype=np.float32)
+            if self.half:  # rows normalized in fp16 are unit length to ~1e-3 only: again in fp32
+                vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+            return vectors
         return self._embed_onnx(texts)
 
     def _embed_onnx(self, texts: list[str]) -> np.ndarray:

@@ -35,6 +35,7 @@ from core.uploads import size_text
 from knowledge.ingestion import sandbox
 from knowledge.ingestion.documents import ReadDocument, Section, locate_sections, normalize_text
 from knowledge.ingestion.office import OFFICE_READER_MODULES, office_check, read_office
+from knowledge.ingestion.restructured import rst_plain
 
 SUPPORTED_EXTENSIONS = (
     ".txt",
@@ -239,85 +240,11 @@ def _read_markdown(text: str, *, name: str, external_id: str, uri: str) -> ReadD
     )
 
 
-# reST: `text <target>`_ links, :role:`text <target>` and :role:`text` roles, ``literals``.
-_RST_ROLE_WITH_TARGET = re.compile(r":[\w:.-]+:`([^`<]*?)\s*<[^`>]*>`")
-_RST_ROLE = re.compile(r":[\w:.-]+:`!?([^`]*)`")
-_RST_LINK = re.compile(r"`([^`<]+?)\s*<[^`>]*>`__?")
-_RST_LITERAL = re.compile(r"``([^`]+)``")
-# `Named references`_ and word_ references (prose only; code keeps trailing underscores).
-_RST_NAMED_REF = re.compile(r"`([^`<]+)`__?")
-_RST_WORD_REF = re.compile(r"(?<![\w`])([A-Za-z][\w-]*[A-Za-z0-9])__?(?=[\s.,;:)!?]|$)")
-_RST_UNDERLINE = re.compile(r"^([=\-~^\"'`#*+_.:])\1{2,}\s*$")
-_RST_DIRECTIVE = re.compile(r"^\s*\.\.\s+([\w:-]+)::\s*(.*)$")
-_RST_TARGET = re.compile(r"^\s*\.\.\s+_[^:]*:.*$|^\s*\.\.\s*$")
-_RST_COMMENT_DIRECTIVES = {
-    "toctree",
-    "contents",
-    "highlight",
-    "default-role",
-    "currentmodule",
-    "module",
-    "raw",
-    "include",
-    "only",
-    "index",
-}
-
-
-def _role_text(match: re.Match) -> str:
-    """Text of a reST role; ``~a.b.C`` shows as ``C`` as in Sphinx."""
-    text = match.group(1)
-    return text[1:].rsplit(".", 1)[-1] if text.startswith("~") else text
-
-
-def rst_to_text(text: str) -> tuple[str, list[tuple[str, int]]]:
-    """Strip reST markup to readable text; return it and the headings with their line numbers."""
-    lines = text.replace("\r\n", "\n").split("\n")
-    out: list[str] = []
-    headings: list[tuple[str, int]] = []
-    skip_indented = False
-    for i, line in enumerate(lines):
-        if skip_indented:
-            if not line.strip() or line.startswith((" ", "\t")):
-                continue
-            skip_indented = False
-        if _RST_UNDERLINE.match(line):
-            previous = out[-1].strip() if out else ""
-            nxt = lines[i + 1] if i + 1 < len(lines) else ""
-            if previous and not _RST_UNDERLINE.match(previous):
-                headings.append((previous, len(out) - 1))
-            elif not previous and nxt.strip() and i + 2 < len(lines) and _RST_UNDERLINE.match(lines[i + 2]):
-                pass  # overline of an over-and-underlined title
-            continue
-        if _RST_TARGET.match(line):
-            continue
-        directive = _RST_DIRECTIVE.match(line)
-        if directive:
-            name, argument = directive.group(1), directive.group(2).strip()
-            if name in _RST_COMMENT_DIRECTIVES:
-                skip_indented = True
-                continue
-            line = argument if name not in ("code-block", "code", "sourcecode", "console") else ""
-            if name.startswith(("version", "deprecated")):
-                line = f"{name.replace('versionadded', 'New in version').replace('versionchanged', 'Changed in version').replace('deprecated', 'Deprecated since version')} {argument}"
-            if not line:
-                continue
-        line = _RST_ROLE_WITH_TARGET.sub(r"\1", line)
-        line = _RST_ROLE.sub(_role_text, line)
-        line = _RST_LINK.sub(r"\1", line)
-        line = _RST_LITERAL.sub(r"\1", line)
-        if not line.startswith((" ", "\t")):
-            line = _RST_WORD_REF.sub(r"\1", _RST_NAMED_REF.sub(r"\1", line))
-        line = line.replace("::", ":") if line.rstrip().endswith("::") else line
-        out.append(line)
-    return "\n".join(out), headings
-
-
 def _read_rst(text: str, *, name: str, external_id: str, uri: str) -> ReadDocument:
-    plain, headings = rst_to_text(text)
-    # Re-derive offsets after normalization by locating heading lines in order.
+    """reST parsed by docutils (``knowledge.ingestion.restructured``): clean text, titles, sections."""
+    plain, headings = rst_plain(text)
     normalized = normalize_text(plain)
-    sections = locate_sections(normalized, [heading for heading, _line in headings])
+    sections = locate_sections(normalized, headings, whole_lines=True)
     title = sections[0].heading if sections else _title_from(normalized, Path(name).stem)
     return ReadDocument(
         external_id=external_id,

@@ -253,8 +253,9 @@ def _english_tsvector():
 class Chunk(models.Model):
     """A retrievable span of a version, with its embedding and BM25 term frequencies.
 
-    ``embedding`` has no fixed dimension so a tenant can switch embedding models; ``embedder``
-    records which model produced it, and each model gets its own partial HNSW index over
+    ``embedding`` has no fixed dimension so a tenant can switch embedding models, and is NULL
+    until the embedding task fills it when ingestion defers embedding (``KB_EMBED_QUEUE``);
+    ``embedder`` records which model produced (or will produce) it, and each model gets its own partial HNSW index over
     ``embedding::vector(<dimensions>)`` (see ``knowledge.vector_index``).
     ``is_current`` copies the version's ``is_current`` (denormalized so default retrieval filters
     on the chunk row itself, through partial indexes): a new version's chunks become current and
@@ -276,7 +277,9 @@ class Chunk(models.Model):
     char_start = models.PositiveIntegerField()
     char_end = models.PositiveIntegerField()
     embedder = models.CharField(max_length=200)
-    embedding = VectorField()
+    # NULL only while the chunk waits for the embedding task (KB_EMBED_QUEUE set:
+    # knowledge.services.embeddings); dense search skips such chunks, BM25 finds them meanwhile.
+    embedding = VectorField(null=True)
     # BM25 inputs, derived from the English tsvector of heading and text (stemmed, stop words
     # removed): {lexeme: term frequency} and the chunk's length in lexemes. kb_term_freqs and
     # kb_term_count are SQL functions created by migrations 0002_bm25 and 0003_bm25_postings.
@@ -326,6 +329,11 @@ class Chunk(models.Model):
                 include=["id"],
                 condition=Q(kind="summary", is_current=True),
                 name="chunk_summary_tenant_idx",
+            ),
+            # The embedding task finds a tenant's chunks still waiting for their embedding
+            # (knowledge.services.embeddings.chunks_embed); empty unless KB_EMBED_QUEUE is set.
+            models.Index(
+                fields=["tenant", "id"], condition=Q(embedding__isnull=True), name="chunk_embedding_pending_idx"
             ),
         ]
 

@@ -17,7 +17,8 @@ Ingestion is idempotent and versioned:
 
 Embedding (slow) happens before any transaction opens; then every document of the call is stored
 in one transaction (each under a row lock on its document): a call stores all of its documents or,
-when any of them fails, none.
+when any of them fails, none. With ``KB_EMBED_QUEUE`` set, embedding moves to a task of its own on
+that queue, after the commit (``knowledge.services.embeddings``).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from core.errors import InvalidInput
 from core.models import Tenant
 from core.queue import task_enqueue
 from core.quotas import quota_limits
+from core.replicas import replica_write_mark
 from knowledge import task_names
 from knowledge.dedup.selectors import tenant_duplicates_changed
 from knowledge.embedders import Embedder, get_embedder
@@ -46,6 +48,12 @@ from knowledge.ingestion.readers import SUPPORTED_EXTENSIONS, ReadDocument, read
 from knowledge.ingestion.splitters import Span, Splitter, get_splitter
 from knowledge.models import Chunk, Document, DocumentVersion, Source
 from knowledge.quotas import quota_check, quota_check_early
+from knowledge.services.embeddings import (
+    HEADING_MIN_TOKENS,  # noqa: F401 (imported from here too)
+    chunks_embed_enqueue,
+    embedding_deferred,
+    embedding_input,
+)
 from knowledge.services.maintenance import tables_maintain_enqueue
 from knowledge.services.versions import versions_prune
 from knowledge.summaries.services import summaries_enqueue
@@ -132,7 +140,10 @@ def documents_ingest(
     """Ingest already-read documents into ``source`` of ``tenant``. Returns an ``IngestReport``.
 
     All or nothing: embeddings are computed first (outside any transaction), then every document
-    is stored in one transaction, so a failure on any document stores none of them. Raises
+    is stored in one transaction, so a failure on any document stores none of them. With
+    ``KB_EMBED_QUEUE`` set and no ``embedder`` given, the chunks are stored without embeddings
+    and ``knowledge.tasks.chunks_embed_task`` is queued on that queue once the call commits
+    (``knowledge.services.embeddings``); ``embed_seconds`` is then 0. Raises
     ``InvalidInput`` when ``source`` is another tenant's, two documents share an id, a document
     has no text to index or the database refuses a document (named; the database's own message
     is only logged), and ``QuotaExceeded`` (``core.quotas``, 403) when storing them would take the
@@ -172,14 +183,19 @@ def documents_ingest(
     to_embed = [item for item in prepared if item.status == "new" and item.spans]
     embed_started = time.perf_counter()
     embedder_key = embedder.key if embedder else tenant.embedder
-    if to_embed:
+    # KB_EMBED_QUEUE set: the chunks are stored without embeddings, for the embedding task.
+    deferred = embedder is None and embedding_deferred()
+    if to_embed and not deferred:
         embedder = embedder or get_embedder(tenant.embedder)
         _embed_all(to_embed, embedder, progress=progress, on_progress=on_progress, documents=len(prepared))
         vector_index_ensure(embedder_key=embedder.key, dimensions=embedder.dimensions)
-    embed_seconds = time.perf_counter() - embed_started
+    embed_seconds = 0.0 if deferred else time.perf_counter() - embed_started
     if on_progress is not None:
         chunks = sum(len(item.spans) for item in to_embed)
-        on_progress({"stage": "storing", "documents": len(prepared), "chunks_total": chunks, "chunks_embedded": chunks})
+        embedded = 0 if deferred else chunks
+        on_progress(
+            {"stage": "storing", "documents": len(prepared), "chunks_total": chunks, "chunks_embedded": embedded}
+        )
 
     report = IngestReport(embed_seconds=embed_seconds)
     stored_by_hash: dict[str, int] = dict(by_hash)
@@ -217,10 +233,16 @@ def documents_ingest(
             cursor.execute("ANALYZE knowledge_chunk, knowledge_posting, knowledge_termstatistic")
     if report.counts()["chunks"]:
         tables_maintain_enqueue()  # VACUUM (ANALYZE) in the background, so fresh rows read fast
-    tenant_vector_index_ensure(tenant_id=tenant.pk, embedder_key=embedder_key)  # own HNSW index once large
+    if deferred and report.counts()["chunks"]:
+        chunks_embed_enqueue(tenant_id=tenant.pk)  # on KB_EMBED_QUEUE; it then sees to the HNSW indexes
+    elif not deferred:
+        tenant_vector_index_ensure(tenant_id=tenant.pk, embedder_key=embedder_key)  # own HNSW index once large
     near_duplicates_enqueue(tenant=tenant, report=report)
     enrichment_enqueue(tenant=tenant, report=report)
     summaries_enqueue(tenant=tenant, report=report)
+    if report.counts()["created"] or report.counts()["updated"]:
+        # Everyone's reads in the tenant wait for a replica to replay this (core.replicas).
+        transaction.on_commit(lambda: replica_write_mark(tenant_id=tenant.pk))
     report.total_seconds = time.perf_counter() - started
     metrics.ingestion_observe(counts=report.counts(), seconds=report.total_seconds)
     return report
@@ -281,23 +303,6 @@ def _current_version_id(document_id: int) -> int:
     return DocumentVersion.objects.filter(document_id=document_id, is_current=True).values_list("id", flat=True).get()
 
 
-# A heading gives a passage its context ("contextual chunk headers"); on a sentence-sized chunk it
-# would dominate the embedding. Measured on the shared datasets (docs/benchmarks.md).
-HEADING_MIN_TOKENS = 50
-
-
-def embedding_input(span: Span) -> str:
-    """What the embedder sees for a chunk.
-
-    Passage-sized chunks (at least ``HEADING_MIN_TOKENS`` tokens) get their heading (title and
-    section) on a first line unless the text already starts with it; shorter chunks, such as
-    sentences, are embedded as they are.
-    """
-    if span.heading and span.token_count >= HEADING_MIN_TOKENS and not span.text.startswith(span.heading):
-        return f"{span.heading}\n{span.text}"
-    return span.text
-
-
 def _embed_all(
     items: list[_Prepared],
     embedder: Embedder,
@@ -308,7 +313,7 @@ def _embed_all(
 ) -> None:
     """Embed every span of ``items`` in batches spanning documents; fills ``item.vectors``.
 
-    A batch is four of the embedder's batches (``KB_EMBED_BATCH_SIZE``); ``on_progress`` is
+    A batch is four of the embedder's batches (``KB_EMBED_BATCH_SIZE`` on the CPU); ``on_progress`` is
     called after each (see ``documents_ingest``).
     """
     from tqdm import tqdm
@@ -316,7 +321,7 @@ def _embed_all(
     texts = [embedding_input(span) for item in items for span in item.spans]
     if not texts:
         return
-    batch = 4 * settings.KB_EMBED_BATCH_SIZE
+    batch = 4 * getattr(embedder, "batch_size", settings.KB_EMBED_BATCH_SIZE)
     parts = []
     with tqdm(
         total=len(texts),
@@ -344,8 +349,11 @@ def _embed_all(
         position += len(item.spans)
 
 
-def _chunks_create(version: DocumentVersion, spans: list[Span], vectors: np.ndarray, embedder_key: str) -> list[Chunk]:
-    """Insert the chunks of ``version`` (call inside the version's transaction)."""
+def _chunks_create(
+    version: DocumentVersion, spans: list[Span], vectors: np.ndarray | None, embedder_key: str
+) -> list[Chunk]:
+    """Insert the chunks of ``version`` (call inside the version's transaction); ``vectors``
+    ``None`` stores them without embeddings (``KB_EMBED_QUEUE``)."""
     return Chunk.objects.bulk_create(
         (
             Chunk(
@@ -358,7 +366,7 @@ def _chunks_create(version: DocumentVersion, spans: list[Span], vectors: np.ndar
                 char_start=span.start,
                 char_end=span.end,
                 embedder=embedder_key,
-                embedding=vectors[i],
+                embedding=None if vectors is None else vectors[i],  # None: for the embedding task
                 is_current=version.is_current,
             )
             for i, span in enumerate(spans)

@@ -48,7 +48,7 @@ from knowledge.services.uploads import TRANSIENT_ERRORS, worker_id_default
 logger = logging.getLogger(__name__)
 
 # Documents per ingestion call: small enough that a bad one costs little to isolate, large
-# enough that embedding batches stay full.
+# enough that embedding batches stay full and each call's upkeep (ANALYZE, VACUUM) stays rare.
 BATCH_DOCUMENTS = 64
 
 
@@ -60,8 +60,11 @@ class SyncBusy(Exception):
         self.retry_in = retry_in
 
 
-def sync_run_request(*, source: Source, trigger: str = SyncRun.Trigger.MANUAL) -> SyncRun:
+def sync_run_request(*, source: Source, trigger: str = SyncRun.Trigger.MANUAL, enqueue: bool = True) -> SyncRun:
     """Queue a sync of ``source`` (run at once without a broker). Returns the run.
+
+    ``enqueue=False`` only records the run, pending: the caller runs it (``sync_run_execute``),
+    e.g. in a background thread of its own process, and it shows as syncing meanwhile.
 
     When a run of the source is already pending or running, that run is returned instead (one
     run per source at a time). ``InvalidInput`` (code ``not_synced``) for a source filled by
@@ -74,11 +77,12 @@ def sync_run_request(*, source: Source, trigger: str = SyncRun.Trigger.MANUAL) -
             sync_quota_check(tenant=source.tenant_id)
             run = SyncRun.objects.create(tenant_id=source.tenant_id, source=source, trigger=trigger)
             _sync_audit(run)
-            transaction.on_commit(partial(_run_enqueue, run.pk))
+            if enqueue:
+                transaction.on_commit(partial(_run_enqueue, run.pk))
     except IntegrityError:  # syncrun_one_active_per_source
         active = SyncRun.objects.filter(source=source, status__in=["pending", "running"]).first()
         if active is None:  # it finished in between
-            return sync_run_request(source=source, trigger=trigger)
+            return sync_run_request(source=source, trigger=trigger, enqueue=enqueue)
         return active
     run.refresh_from_db()
     return run
@@ -215,12 +219,18 @@ def _sync(run: SyncRun, worker_id: str, *, progress: bool = False) -> dict:
 
     stored_ids: set[str] = set()
     bar = tqdm(total=len(to_read), unit="file", desc=source.name, disable=not progress or not to_read, mininterval=1.0)
+    ingest_started, chunks = time.perf_counter(), 0
     for position in range(0, len(to_read), BATCH_DOCUMENTS):
         batch = to_read[position : position + BATCH_DOCUMENTS]
-        held.update(progress={"stage": "ingesting", "items": len(to_read), "done": position})
+        held.update(
+            progress=sync_progress(
+                items=len(to_read), done=position, chunks=chunks, seconds=time.perf_counter() - ingest_started
+            )
+        )
         bar.update(len(batch))
         for group, report in _ingest_isolating(tenant, source, batch, counts, errors):
             _count(report, counts)
+            chunks += report.counts()["chunks"]
             for item in group:
                 ids = [d.external_id for d in item.documents]
                 stored_ids.update(ids)
@@ -244,6 +254,26 @@ def _sync(run: SyncRun, worker_id: str, *, progress: bool = False) -> dict:
             counts["deleted"] += 1
     logger.info("Synced %s in %.1f s: %s", source, time.perf_counter() - started, counts)
     return {"status": SyncRun.Status.DONE, "errors": errors[:1000], "error": "", "progress": {}, **counts}
+
+
+def sync_progress(*, items: int, done: int, chunks: int, seconds: float) -> dict:
+    """A running sync's ``progress`` while it ingests: ``{"stage": "ingesting", "items", "done",
+    "chunks", "chunks_per_s", "eta_s"}``.
+
+    ``items`` changed files to read, ``done`` of them ingested so far, holding ``chunks`` new chunks,
+    in ``seconds`` (wall time since ingesting began). ``chunks_per_s`` (1 decimal) and ``eta_s``
+    (whole seconds left at the rate so far, per file) are None until a file is done.
+    """
+    rate = chunks / seconds if done and seconds > 0 else None
+    eta = round(seconds / done * (items - done)) if done and seconds > 0 else None
+    return {
+        "stage": "ingesting",
+        "items": items,
+        "done": done,
+        "chunks": chunks,
+        "chunks_per_s": None if rate is None else round(rate, 1),
+        "eta_s": eta,
+    }
 
 
 def _own_ids_only(tenant: Tenant, source: Source, items: list[Item], counts: dict, errors: list) -> list[Item]:

@@ -29,6 +29,7 @@ from core.services import tenant_create
 from knowledge.ingestion.splitters import get_splitter
 from knowledge.models import DocumentVersion, Source
 from knowledge.services import documents_ingest, source_get_or_create
+from knowledge.services.embeddings import chunks_embed
 from quality.importers import Dataset
 from quality.metrics import documents_from_chunks, metrics_aggregate, query_metrics
 from quality.models import EvaluationRun, Judgment, JudgmentList
@@ -218,6 +219,7 @@ def _dataset_tenant(
             splitter=get_splitter(dataset.splitter),
             progress=progress,
         )
+        chunks_embed(tenant_id=tenant.pk)  # embedding left to KB_EMBED_QUEUE's workers: done here, before evaluating
         counts = report.counts()
         log(
             f"{counts['created']} documents, {counts['duplicate']} duplicates, {counts['chunks']} chunks"

@@ -7,9 +7,9 @@ through it.
 
 from __future__ import annotations
 
-from django.db import connection
 from django.db.models.base import ModelState
 
+from core.replicas import read_connection
 from knowledge.models import Chunk, Document, DocumentVersion, Source
 from retrieval.types import CandidateLists, Ranking, SearchResult
 
@@ -85,6 +85,7 @@ def chunks_load(*, tenant, chunk_ids: list[int]) -> dict[int, Chunk]:
     if not chunk_ids:
         return {}
     tenant_id = tenant if isinstance(tenant, int) else tenant.pk
+    connection = read_connection()  # a replica in a marked read path (core.replicas)
     with connection.cursor() as cursor:
         cursor.execute(_RESULTS, {"tenant": tenant_id, "ids": list(chunk_ids)})
         rows = cursor.fetchall()

@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from django.db import connection
 
+from core.replicas import read_connection
 from core.schema import setting
 from retrieval.stages.base import Stage
 from retrieval.types import SearchResult
@@ -53,7 +53,7 @@ def chunk_embeddings(*, tenant_id: int, chunk_ids: list[int]) -> dict[int, np.nd
     """The stored embeddings of the tenant's chunks among ``chunk_ids``: ``{chunk id: float32 vector}``."""
     if not chunk_ids:
         return {}
-    with connection.cursor() as cursor:
+    with read_connection().cursor() as cursor:
         cursor.execute(
             "SELECT id, embedding::real[] FROM knowledge_chunk WHERE tenant_id = %s AND id = ANY(%s)",
             [tenant_id, list(chunk_ids)],

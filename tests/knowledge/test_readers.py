@@ -173,3 +173,75 @@ def test_manage_py_ingest_reports_an_impossible_date_as_a_command_error(tenant, 
     with pytest.raises(CommandError, match=f"docs.jsonl, line 1: invalid date '{value}'"):
         call_command("ingest", str(tmp_path), tenant=tenant.slug, source=source.name, json=True)
     assert not Document.objects.for_tenant(tenant).exists()
+
+
+DJANGO_LIKE_RST = """\
+=====================
+QuerySet API reference
+=====================
+
+.. currentmodule:: django.db.models.query
+
+Methods that return new QuerySets
+=================================
+
+``bulk_update()``
+-----------------
+
+.. method:: bulk_update(objs, fields, batch_size=None)
+
+Note that there are a number of :meth:`caveats to this method
+<django.db.models.query.QuerySet.bulk_update>`, so read them. It uses
+:meth:`.QuerySet.update` and the :setting:`DATABASES` setting.
+
+.. versionchanged:: 4.0
+
+    The return value is the number of objects updated.
+
+.. code-block:: python
+    :caption: example.py
+
+    Entry.objects.bulk_update(objs, ["headline"])
+
+.. seealso::
+
+    The :doc:`database optimization guide </topics/db/optimization>`.
+
+.. toctree::
+   :maxdepth: 1
+
+   hidden/page
+"""
+
+
+def test_rst_is_parsed_by_docutils_with_sphinx_roles_even_across_line_breaks(capsys):
+    document = read_bytes(DJANGO_LIKE_RST.encode(), name="querysets.txt", fmt="rst")[0]
+    assert "Note that there are a number of caveats to this method, so read them." in document.text
+    assert "It uses QuerySet.update() and the DATABASES setting." in document.text
+    assert ":meth:" not in document.text and "<django" not in document.text and "``" not in document.text
+    assert capsys.readouterr().err == ""  # unknown roles and directives print no warnings
+
+
+def test_rst_directives_become_text_and_sections_keep_their_titles():
+    document = read_bytes(DJANGO_LIKE_RST.encode(), name="querysets.txt", fmt="rst")[0]
+    assert document.title == "QuerySet API reference"
+    assert [s.heading for s in document.sections] == [
+        "QuerySet API reference",
+        "Methods that return new QuerySets",
+        "bulk_update()",
+    ]
+    assert "Changed in version 4.0.\n\nThe return value is the number of objects updated." in document.text
+    assert '    Entry.objects.bulk_update(objs, ["headline"])' in document.text
+    assert "bulk_update(objs, fields, batch_size=None)" in document.text
+    assert "The database optimization guide." in document.text
+    assert (
+        "hidden/page" not in document.text and "currentmodule" not in document.text and ":caption:" not in document.text
+    )
+    for section in document.sections:
+        assert document.text[section.start :].startswith(section.heading)
+
+
+def test_a_sentence_of_an_rst_section_is_headed_by_its_title_and_section():
+    document = read_bytes(DJANGO_LIKE_RST.encode(), name="querysets.txt", fmt="rst")[0]
+    caveats = next(span for span in SentenceSplitter().split(document) if "caveats to this method" in span.text)
+    assert caveats.heading == "QuerySet API reference › bulk_update()"

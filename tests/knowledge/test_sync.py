@@ -12,8 +12,9 @@ from core.errors import InvalidInput
 from knowledge.connectors import folder as folder_connector
 from knowledge.models import Document, DocumentVersion, Source, SyncRun
 from knowledge.selectors import document_list, source_overview
+from knowledge.services import sync as sync_service
 from knowledge.services.sources import source_create
-from knowledge.services.sync import source_sync, sources_sync_due, sync_run_request
+from knowledge.services.sync import source_sync, sources_sync_due, sync_progress, sync_run_request
 from retrieval.search import chunk_search
 from tests.factories import folder_granted
 
@@ -288,3 +289,29 @@ def test_a_refused_file_leaves_no_new_source_behind(tenant, tmp_path):
         call_command("ingest", str(bad), "--tenant", tenant.slug, "--source", "bar-bad")
 
     assert not Source.objects.for_tenant(tenant).filter(name="bar-bad").exists()
+
+
+def test_a_syncs_progress_gives_documents_done_chunks_per_second_and_time_left():
+    progress = sync_progress(items=10, done=4, chunks=80, seconds=8.0)
+
+    assert progress == {"stage": "ingesting", "items": 10, "done": 4, "chunks": 80, "chunks_per_s": 10.0, "eta_s": 12}
+    assert sync_progress(items=10, done=0, chunks=0, seconds=0.5)["eta_s"] is None  # no rate before a file is in
+
+
+def test_a_running_sync_records_its_progress_as_it_goes(tenant, folder_source, monkeypatch):
+    monkeypatch.setattr(sync_service, "BATCH_DOCUMENTS", 1)
+    seen = []
+    ingest = sync_service._ingest_isolating
+
+    def watched(*args, **kwargs):
+        seen.append(SyncRun.objects.get(source=folder_source).progress)
+        yield from ingest(*args, **kwargs)
+
+    monkeypatch.setattr(sync_service, "_ingest_isolating", watched)
+
+    run = source_sync(source=folder_source)
+
+    assert [(p["done"], p["items"]) for p in seen] == [(0, 3), (1, 3), (2, 3)]
+    assert seen[0]["chunks_per_s"] is None and seen[2]["chunks"] >= 2 and seen[2]["chunks_per_s"] > 0
+    assert seen[2]["eta_s"] is not None
+    assert run.progress == {}  # a finished run keeps no progress

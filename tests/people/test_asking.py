@@ -120,3 +120,20 @@ def test_an_unknown_source_is_refused_before_anything_is_asked_or_streamed(corpu
     with pytest.raises(InvalidInput):
         ask_stream(tenant=corpus, user=member, question=QUESTION, sources=["nope"])
     assert not Conversation.objects.exists() and not Trace.objects.exists()
+
+
+def test_a_question_asked_while_a_source_syncs_is_answered_and_names_that_source(corpus, member, source):
+    from knowledge.models import SyncRun
+
+    wiki = source.__class__.objects.create(tenant=corpus, name="wiki", kind="folder", location="/srv/wiki")
+    SyncRun.objects.create(tenant=corpus, source=wiki, status=SyncRun.Status.RUNNING)
+
+    answer = client_for(member).post(reverse("api:ask"), {"question": QUESTION}, format="json").json()
+    client = Client()
+    client.force_login(member)
+    page = client.post(reverse("portal:ask"), {"question": QUESTION}).content.decode()
+
+    assert answer["citations"] and answer["syncing"] == ["wiki"]
+    assert "Answered from what is in so far: wiki is still syncing" in page
+    SyncRun.objects.filter(source=wiki).update(status=SyncRun.Status.DONE)
+    assert ask(tenant=corpus, user=None, question=QUESTION).syncing == []

@@ -92,6 +92,17 @@ def test_the_short_answer_shows_first_and_an_unsupported_sentence_is_marked(
     assert "1 sentence of this answer is not supported by the sources" in html
 
 
+def test_without_an_llm_a_how_to_question_leads_with_the_best_passage_not_a_headline(client, corpus, member):
+    client.force_login(member)
+    response = client.post(ASK, {"question": "How do I fix a flat bicycle tyre?"})
+    html = response.content.decode()
+    assert response.context["answer"]["short_answer"] == ""
+    assert '<p class="short-answer">' not in html
+    lead = html.index('<div class="lead">')
+    assert lead < html.index('<div class="answer">')
+    assert "Fixing a flat bicycle tyre" in html[lead:] and "puncture" in html[lead : html.index('<div class="answer">')]
+
+
 def test_an_empty_question_shows_a_form_error(client, corpus, member):
     client.force_login(member)
     response = client.post(ASK, {"question": "   "})

@@ -3,8 +3,15 @@
 import pytest
 
 from retrieval.search import chunk_search
-from retrieval.stages.generate.extractive import LABEL, answer_extract, sentences_rank
-from retrieval.stages.generate.spans import Sentence, answer_type, span_answer
+from retrieval.stages.generate.extractive import (
+    HEADLINE_MIN_CONFIDENCE,
+    LABEL,
+    answer_extract,
+    headline_choose,
+    headline_confidence,
+    sentences_rank,
+)
+from retrieval.stages.generate.spans import Sentence, answer_type, question_kind, span_answer
 from retrieval.stages.pack import top_n
 from retrieval.types import Passage
 
@@ -82,21 +89,6 @@ def test_the_questions_own_names_are_never_its_short_answer():
     assert short == "Shirley Temple"
 
 
-@pytest.mark.parametrize(
-    "question",
-    [
-        "How do I write a custom model field?",
-        "Why does the cache miss?",
-        "What is a QuerySet and when is it evaluated?",
-        "Were Scott Derrickson and Ed Wood of the same nationality?",
-    ],
-)
-def test_how_to_why_definition_and_yes_no_questions_keep_the_best_sentence_as_short_answer(question):
-    assert answer_type(question) is None
-    answer = answer_extract(question, SHIRLEY)
-    assert answer.short_answer in {s["text"] for s in answer.sentences}
-
-
 def test_a_sentence_opening_with_a_pronoun_offers_its_passages_subject_as_the_answer():
     passages = passages_of(
         "Animorphs. Animorphs is a science fantasy series of young adult books by K. A. Applegate. "
@@ -109,3 +101,60 @@ def test_a_sentence_opening_with_a_pronoun_offers_its_passages_subject_as_the_an
 def test_an_extractive_answer_needs_passages():
     with pytest.raises(ValueError):
         answer_extract("Who?", [])
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "How do I write a custom model field?",
+        "Why does the cache miss?",
+        "What is a QuerySet and when is it evaluated?",
+        "Were Scott Derrickson and Ed Wood of the same nationality?",
+    ],
+)
+def test_how_to_why_definition_and_yes_no_questions_get_no_typed_span(question):
+    assert answer_type(question) is None
+
+
+@pytest.mark.parametrize(
+    "question", ["How do I fix a flat bicycle tyre?", "Why does a bicycle tyre go flat?", "Explain fixing a tyre"]
+)
+def test_a_how_to_question_leads_with_the_best_passage_and_no_headline(corpus, question):
+    passages = top_n(chunk_search(tenant=corpus, query=question, k=3).results, n=3)
+    answer = answer_extract(question, passages, embedder=corpus.embedder)
+    assert question_kind(question) == "explain"
+    assert answer.short_answer == ""
+    assert answer.lead["document"] == "howto/bike-tyre" and answer.lead["title"] == "Fixing a flat bicycle tyre"
+    assert "puncture" in answer.lead["text"]
+    assert answer.lead["n"] in {c.n for c in answer.citations}
+    assert answer.as_dict()["lead"] == answer.lead
+
+
+def test_a_fact_question_with_a_confident_sentence_gets_a_headline_and_no_lead(corpus):
+    question = "How long should spaghetti cook?"
+    passages = top_n(chunk_search(tenant=corpus, query=question, k=3).results, n=3)
+    answer = answer_extract(question, passages, embedder=corpus.embedder)
+    assert question_kind(question) == "fact"
+    assert "nine to eleven minutes" in answer.short_answer
+    assert answer.lead is None and answer.as_dict()["lead"] is None
+
+
+def test_a_headline_never_shares_none_of_the_questions_key_terms():
+    answer = answer_extract("Which museum holds the Vasa warship?", SHIRLEY)
+    assert headline_confidence("Which museum holds the Vasa warship?", SHIRLEY[0].text, SHIRLEY[0]) == 0.0
+    assert answer.short_answer == ""
+    assert answer.lead is not None and answer.lead["text"]
+
+
+def test_a_fact_headline_is_shown_only_at_the_measured_confidence():
+    passages = passages_of(
+        "The Vasa warship sank in Stockholm harbour in 1628 on its maiden voyage after a short sail.",
+        "The museum opens at nine in the morning every day of the week, all year round.",
+    )
+    confident = headline_choose(
+        "When did the Vasa warship sink?", passages, sentences_rank("When did the Vasa warship sink?", passages)
+    )
+    assert confident.shown and confident.text == "1628" and confident.confidence >= HEADLINE_MIN_CONFIDENCE
+    vague = "When did the Vasa warship sink near the Danish island of Bornholm during the war?"
+    weak = headline_choose(vague, passages, sentences_rank(vague, passages))
+    assert weak.confidence < HEADLINE_MIN_CONFIDENCE and not weak.shown

@@ -15,7 +15,7 @@ from knowledge.ingestion.readers import ReadDocument
 from knowledge.models import Document, DocumentVersion, IngestionJob, Source
 from knowledge.models.dedup import MinHashSignature, NearDuplicatePair
 from knowledge.services import documents_ingest
-from knowledge.tasks import ingestion_job_task, near_duplicates_task
+from knowledge.tasks import chunks_embed_task, ingestion_job_task, near_duplicates_task
 from quality.models import ConfigChange, JudgmentGeneration, JudgmentList
 from quality.tasks import config_change_task, judgment_generation_task, judgment_list_evaluate_task
 
@@ -53,6 +53,7 @@ def _objects(corpus):
 TASKS = [
     (ingestion_job_task, "knowledge.tasks.ingestion_job_run", "job", SimpleNamespace(status="done")),
     (near_duplicates_task, "knowledge.tasks.near_duplicates_refresh", "tenant", {}),
+    (chunks_embed_task, "knowledge.tasks.chunks_embed", "tenant", {}),
     (config_change_task, "quality.tasks.config_change_evaluate", "change", SimpleNamespace(status="accepted")),
     (judgment_generation_task, "quality.tasks.judgment_list_generate", "generation", SimpleNamespace(status="done")),
     (judgment_list_evaluate_task, "quality.tasks.evaluation_run", "list", SimpleNamespace(pk=1)),

@@ -67,7 +67,10 @@ _SENTENCE_ONLY = re.compile(
     r"explain\b|describe\b)",
     re.IGNORECASE,
 )
-_NUMBER_CUES = re.compile(r"\bhow\s+(many|much|old|long|far|tall|big|large)\b|\bpopulation\b|\bwhat number\b", re.I)
+_NUMBER_CUES = re.compile(
+    r"\bhow\s+(many|much|old|long|far|tall|big|large)\b|\bpopulation\b|\bwhat number\b|\b(which|what)\s+(\w+\s+)?versions?\b",
+    re.I,
+)
 _DATE_CUES = re.compile(
     r"\bwhen\b|\b(what|which)\s+(year|years|date|decade|century|timeframe|time\s*frame)\b|\btimeframe\b", re.I
 )
@@ -86,6 +89,37 @@ def terms(text: str, *, unique: bool = True) -> list[str]:
     a plural "s" stripped ("libraries" -> "library", "cats" -> "cat"); distinct when ``unique``."""
     found = [_stem(w) for w in _WORD.findall(text.lower()) if w not in _STOP and len(w) > 1]
     return list(dict.fromkeys(found)) if unique else found
+
+
+# Words that say how a question is asked, not what it is about: never a key term.
+_GENERIC = frozenset(
+    "way best possible need want should would could will get make use using used set setting "
+    "there any all some one ways about".split()
+)
+# Questions asking how to do something, why, or to explain or compare: no sentence answers them.
+_EXPLAIN = re.compile(
+    r"^\s*(?:how\s+(?!many\b|much\b|old\b|long\b|far\b|often\b|big\b|large\b|tall\b)|why\b|explain\b|describe\b|"
+    r"(?:can|could|would|will)\s+you\b|tell\s+me\b|show\s+me\b|walk\s+me\b|"
+    r"what(?:'s|\s+is|\s+are)\s+(?:the\s+)?(?:best|right|recommended|proper|correct|easiest)\s+(?:way|ways|practice)\b|"
+    r"what\s+(?:has\s+|have\s+)?changed\b|what(?:'s|\s+is|\s+are)\s+new\b|"
+    r"what(?:'s|\s+is|\s+are)\s+the\s+differences?\b|(?:steps|ways)\s+to\b|"
+    r"(?:create|write|add|build|set\s+up|configure|implement|deploy|install|use|make)\b)",
+    re.IGNORECASE,
+)
+
+
+def key_terms(question: str) -> list[str]:
+    """The terms of ``question`` a headline should share: ``terms`` without the words that say how
+    it is asked ("best", "way", "use" …); all of ``terms`` when that would leave none."""
+    found = terms(question)
+    return [t for t in found if t not in _GENERIC] or found
+
+
+def question_kind(question: str) -> str:
+    """``"explain"`` for a question no one sentence answers (how to do something, why, explain,
+    what changed, the best way to, an imperative "create …"), else ``"fact"`` (what is, which,
+    who, when, how many, what version, a default value, yes/no)."""
+    return "explain" if _EXPLAIN.search(question) else "fact"
 
 
 def _stem(word: str) -> str:

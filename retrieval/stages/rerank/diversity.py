@@ -26,8 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from django.db import connection
 
+from core.replicas import read_connection
 from core.schema import setting
 
 NAME = "diversity"
@@ -84,7 +84,8 @@ def results_cap(results, *, per_document: int, per_source: int):
 # Cosine similarity of every pair of the candidates' embeddings, computed by pgvector (``<=>`` is
 # the cosine distance): a row per chunk, its similarities ordered by the other chunk's id.
 # Cheaper than sending the vectors as text and parsing them (measured: a third of the time).
-_SIMILARITIES = """SELECT a.id, array_agg(1 - (a.embedding <=> b.embedding) ORDER BY b.id)
+# A chunk still waiting for its embedding (KB_EMBED_QUEUE) counts as unlike every other (0).
+_SIMILARITIES = """SELECT a.id, array_agg(coalesce(1 - (a.embedding <=> b.embedding), 0) ORDER BY b.id)
 FROM knowledge_chunk a
 JOIN knowledge_chunk b ON b.tenant_id = a.tenant_id AND b.id = ANY(%(ids)s::bigint[])
 WHERE a.tenant_id = %(tenant)s AND a.id = ANY(%(ids)s::bigint[])
@@ -97,7 +98,7 @@ def _similarities(results, *, tenant) -> np.ndarray:
     One query, scoped to ``tenant`` (both sides of every pair are the tenant's chunks).
     """
     ids = [r.chunk.pk for r in results]
-    with connection.cursor() as cursor:
+    with read_connection().cursor() as cursor:
         cursor.execute(_SIMILARITIES, {"tenant": tenant.pk, "ids": ids})
         rows = dict(cursor.fetchall())
     ordered = sorted(rows)

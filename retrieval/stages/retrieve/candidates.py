@@ -29,8 +29,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 from django.conf import settings
-from django.db import connection
 
+from core.replicas import read_connection
 from knowledge.embedders import get_embedder
 from retrieval.config import SearchConfig
 from retrieval.filters import RetrievalFilter
@@ -127,8 +127,7 @@ def _dense(
 def _dense_on_worker(*args, **kwargs) -> tuple[list, dict[str, float]]:
     """``_dense`` on a worker thread's own connection; a connection broken by an error is
     replaced before the next search (the worker keeps its connection between searches)."""
-    from django.db import connection as worker_connection
-
+    worker_connection = read_connection()  # the caller's replica in a marked read path (core.replicas)
     if worker_connection.connection is not None and worker_connection.errors_occurred:
         worker_connection.close_if_unusable_or_obsolete()
     return _dense(*args, **kwargs)
@@ -166,7 +165,7 @@ def candidates_retrieve(
     overlap_started = time.perf_counter()
     wants_dense = mode in ("hybrid", "dense")
     overlap = wants_dense and mode == "hybrid" and concurrent
-    dense_on_worker = overlap and settings.KB_CONCURRENT_RETRIEVERS and not connection.in_atomic_block
+    dense_on_worker = overlap and settings.KB_CONCURRENT_RETRIEVERS and not read_connection().in_atomic_block
     dense_args = {"where": where, "embedder": embedder, "config": config, "limit": limit}
     if dense_on_worker:
         if vector is None:

@@ -17,14 +17,17 @@ embedder get one after ingestion):
   recall, and as fast as a graph walk for small tenants (crossover measured by
   ``benchmarks/multi_tenant.py``).
 
-Both plans apply the shared ``RetrievalFilter`` inside the SQL.
+Both plans apply the shared ``RetrievalFilter`` inside the SQL, and skip chunks still waiting for
+their embedding (NULL while the embedding task of ``KB_EMBED_QUEUE`` has not reached them; BM25
+finds those meanwhile).
 """
 
 from __future__ import annotations
 
-from django.db import connection, transaction
+from django.db import transaction
 from psycopg import sql
 
+from core.replicas import read_connection
 from knowledge.vector_index import vector_index_name
 from retrieval.filters import RetrievalFilter
 from retrieval.types import Ranking
@@ -56,8 +59,9 @@ def vector_search(
     # settings below would outlive this search: enable_sort = off then turned later statements'
     # sorts into nested loops (the access scope query took seconds, benchmarks/access_latency.py).
     # So enable_sort is restored afterwards there; the hnsw.* settings only affect vector searches.
+    connection = read_connection()  # a replica in a marked read path (core.replicas)
     outer = connection.in_atomic_block
-    with transaction.atomic(), connection.cursor() as cursor:
+    with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
         # One round trip: the search settings (transaction-local) and whether the tenant index exists.
         # enable_sort = off: the planner's cost model ignores that reading each row's embedding
         # goes through TOAST, and would pick "scan the tenant + top-k sort" over the tenant's
@@ -99,7 +103,7 @@ def vector_search_sql(*, where: RetrievalFilter, embedder: str, vector, limit: i
         distance = sql.SQL("(c.embedding <=> %(vector)s::vector)")
     statement = sql.SQL(
         "SELECT c.id, 1 - {distance} AS score FROM knowledge_chunk c"
-        " WHERE c.embedder = {embedder} AND c.tenant_id = {tenant} AND {condition}"
+        " WHERE c.embedder = {embedder} AND c.tenant_id = {tenant} AND c.embedding IS NOT NULL AND {condition}"
         " ORDER BY {distance} LIMIT %(limit)s"
     ).format(
         distance=distance,

@@ -25,9 +25,9 @@ covering index without reading a chunk row; a narrowed filter adds the chunk sub
 
 from __future__ import annotations
 
-from django.db import connection
 from psycopg import sql
 
+from core.replicas import read_connection
 from retrieval.filters import RetrievalFilter
 from retrieval.types import Ranking
 
@@ -94,7 +94,7 @@ def enrichment_bm25_search(
         lexemes = _TEXT_LEXEMES
         params["query"] = query
     statement = _SEARCH.format(lexemes=lexemes, condition=where.posting_condition("p"))
-    with connection.cursor() as cursor:
+    with read_connection().cursor() as cursor:
         cursor.execute(statement.as_string(None), params)
         rows = cursor.fetchall()
     return sorted(((row[0], float(row[1])) for row in rows), key=lambda pair: (-pair[1], pair[0]))

@@ -42,9 +42,9 @@ primary key index carries tf, chunk length and ``is_current`` (migration 0012).
 
 from __future__ import annotations
 
-from django.db import connection
 from psycopg import sql
 
+from core.replicas import read_connection
 from retrieval.filters import RetrievalFilter
 from retrieval.types import Ranking
 
@@ -178,7 +178,7 @@ def bm25_search(
     else:
         lexemes = _TEXT_LEXEMES
         params = {**params, "query": query}
-    with connection.cursor() as cursor:
+    with read_connection().cursor() as cursor:
         cursor.execute(_TERMS.format(lexemes=lexemes).as_string(None), params)
         found = cursor.fetchall()
     if not found or limit <= 0:
@@ -216,7 +216,7 @@ def bm25_search(
     # Postings are already the tenant's (primary key starts with tenant_id); the filter's own rule.
     condition = where.posting_condition("p")
     statement = (_PRUNED if pruned else _EXHAUSTIVE).format(query=_QUERY, impact=_IMPACT, condition=condition)
-    with connection.cursor() as cursor:
+    with read_connection().cursor() as cursor:
         cursor.execute(statement.as_string(None), params)
         return [(row[0], float(row[1])) for row in cursor.fetchall()]
 
@@ -239,7 +239,7 @@ def _bound(weight, idf, max_tf, min_length, avgdl, k1, b, tight: bool) -> float:
 
 def query_lexemes(text: str) -> dict[str, int]:
     """The English-analysed lexemes of ``text`` with their occurrence counts (PostgreSQL's ``to_tsvector``)."""
-    with connection.cursor() as cursor:
+    with read_connection().cursor() as cursor:
         cursor.execute(
             "SELECT lexeme, coalesce(array_length(positions, 1), 1) FROM unnest(to_tsvector('english', %s))",
             [text],

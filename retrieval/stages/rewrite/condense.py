@@ -14,8 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from django.db import connection
-
+from core.replicas import read_connection
 from retrieval.stages.base import LLMStage
 from retrieval.stages.rewrite.rephrase import query_rephrase
 from retrieval.types import QueryPlan
@@ -29,7 +28,7 @@ def _lexemes(words: list[str]) -> list[str]:
     """Each word's ``english`` lexeme ('' for a stop word), in order, from one query."""
     if not words:
         return []
-    with connection.cursor() as cursor:
+    with read_connection().cursor() as cursor:
         cursor.execute(
             "SELECT coalesce((SELECT string_agg(lexeme, ' ') FROM unnest(to_tsvector('english', w.word))), '')"
             " FROM unnest(%s::text[]) WITH ORDINALITY AS w(word, n) ORDER BY w.n",
