@@ -105,10 +105,10 @@ def test_the_sources_page_counts_documents_and_chunks_and_shows_freshness(client
     client.force_login(member)
     page = client.get(reverse("portal:sources")).content.decode()
     handbook = page[page.index('<th scope="row">handbook</th>') :].split("</tr>")[0]
-    assert '<td data-label="Documents">3</td>' in handbook  # three documents
+    assert '<td data-label="Documents" class="num">3</td>' in handbook  # three documents
     assert "undated" in handbook and "never" not in handbook
     howto = page[page.index('<th scope="row">howto</th>') :].split("</tr>")[0]
-    assert '<td data-label="Documents">0</td>' in howto and "never" in howto
+    assert '<td data-label="Documents" class="num">0</td>' in howto and "never" in howto
 
 
 def test_the_sources_page_shows_only_the_members_tenant(client, sources, member, other_tenant_corpus):
