@@ -146,6 +146,7 @@ def search_run(*, membership: Membership, arguments: SearchArguments) -> dict:
 ANSWER_KEYS = (
     "question",
     "short_answer",
+    "lead",
     "answer",
     "found",
     "mode",
@@ -157,6 +158,7 @@ ANSWER_KEYS = (
     "trace_id",
     "conversation_id",
     "turn",
+    "syncing",
 )
 CITATION_KEYS = (
     "n",
@@ -176,12 +178,15 @@ CITATION_KEYS = (
 def ask_run(
     *, membership: Membership, arguments: AskArguments, on_event: Callable[[str, dict], None] | None = None
 ) -> dict:
-    """The cited answer: ``short_answer`` (``""`` when the documents do not hold it), ``answer``
+    """The cited answer: ``short_answer`` (``""`` when the documents do not hold it, or when the
+    question has no one-sentence answer, e.g. a how-to: then ``lead``, the best passage's document,
+    title, section and paragraph, leads an extractive answer), ``answer``
     (the explanation with ``[n]`` markers), ``citations`` (``n``, document, ``version``,
     ``version_date``, ``chunk_id``, the passage ``text``), ``found``, ``mode`` (llm or extractive),
     ``pipeline``, ``degraded`` and ``degraded_reason`` (answered without the LLM, e.g. over the
     tenant's daily LLM tokens), ``trace_id``, and ``conversation_id`` and ``turn`` when the answer
-    was kept (members; send ``conversation`` back for a follow-up). ``on_event(event, data)`` is
+    was kept (members; send ``conversation`` back for a follow-up), ``syncing`` (sources still
+    syncing, whose documents the answer may lack). ``on_event(event, data)`` is
     called as the run goes (``"step"``, ``"short_answer"``, ``"token"``)."""
     run = ask(
         tenant=membership.tenant,

@@ -103,7 +103,8 @@ def test_ask_answers_with_a_short_answer_cited_explanation_and_trace_and_keeps_t
     first, follow_up = with_session(mcp_url, member_key, work)
 
     answer = first.structured_content
-    assert not first.is_error and answer["found"] is True and answer["short_answer"]
+    assert not first.is_error and answer["found"] is True
+    assert answer["short_answer"] == "" and answer["lead"]["document"]  # a how-to leads with its passage
     assert "[1]" in answer["answer"] and answer["trace_id"] and answer["degraded"] is False
     citation = answer["citations"][0]
     assert citation["n"] == 1 and citation["document_id"] == acme.documents["public"].pk
