@@ -70,7 +70,7 @@ def chunk_texts(limit: int) -> tuple[str, list[str]]:
     """Up to ``limit`` chunk texts as ingestion embeds them, and where they come from."""
     from knowledge.ingestion.readers import read_path
     from knowledge.ingestion.splitters import get_splitter
-    from knowledge.services.ingestion import embedding_input
+    from knowledge.services.embeddings import embedding_input
 
     splitter = get_splitter("max_tokens")
     docs = sorted(DJANGO_DOCS.glob("django-*/docs"))

@@ -129,7 +129,7 @@ def corpus_export(tenant, workdir: Path) -> None:
     import numpy as np
 
     from knowledge.models import Chunk
-    from knowledge.services.ingestion import HEADING_MIN_TOKENS
+    from knowledge.services.embeddings import HEADING_MIN_TOKENS
 
     rows = (
         Chunk.objects.for_tenant(tenant)

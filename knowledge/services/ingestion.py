@@ -49,7 +49,6 @@ from knowledge.ingestion.splitters import Span, Splitter, get_splitter
 from knowledge.models import Chunk, Document, DocumentVersion, Source
 from knowledge.quotas import quota_check, quota_check_early
 from knowledge.services.embeddings import (
-    HEADING_MIN_TOKENS,  # noqa: F401 (imported from here too)
     chunks_embed_enqueue,
     embedding_deferred,
     embedding_input,
