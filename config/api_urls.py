@@ -16,6 +16,14 @@ from people.ask_apis import AskApi, AskStreamApi
 from retrieval.apis import SearchApi
 from retrieval.trace_apis import TraceDetailApi
 from retrieval.usage_apis import UsageApi
+from retrieval.walk_apis import (
+    FactListApi,
+    WalkDetailApi,
+    WalkListApi,
+    WalkPauseApi,
+    WalkResumeApi,
+    WalkStopApi,
+)
 
 app_name = "api"
 
@@ -36,6 +44,12 @@ urlpatterns = [
     path("traces/<int:trace_id>/", TraceDetailApi.as_view(), name="trace-detail"),
     path("traces/<int:trace_id>/feedback/", FeedbackApi.as_view(), name="trace-feedback"),
     path("traces/<int:trace_id>/citations/<int:n>/open/", CitationOpenApi.as_view(), name="citation-open"),
+    path("facts/", FactListApi.as_view(), name="fact-list"),
+    path("walks/", WalkListApi.as_view(), name="walk-list"),
+    path("walks/<int:walk_id>/", WalkDetailApi.as_view(), name="walk-detail"),
+    path("walks/<int:walk_id>/pause/", WalkPauseApi.as_view(), name="walk-pause"),
+    path("walks/<int:walk_id>/resume/", WalkResumeApi.as_view(), name="walk-resume"),
+    path("walks/<int:walk_id>/stop/", WalkStopApi.as_view(), name="walk-stop"),
     path("profile/", ProfileApi.as_view(), name="profile"),
     path("usage/", UsageApi.as_view(), name="usage"),
     path("settings/retrieval/", include("quality.api_urls")),

@@ -351,6 +351,8 @@ KB_PIPELINE = env_choice(
 # stops starting rounds once either is spent, then answers from what it gathered.
 KB_BUDGET_MS = env_int("KB_BUDGET_MS", 60000, minimum=1)
 KB_BUDGET_USD = env_float("KB_BUDGET_USD", 0.05, minimum=0.0)
+# A steered walk paused for a person (retrieval.steering) answers by itself after this long.
+KB_WALK_PAUSE_TIMEOUT_S = env_float("KB_WALK_PAUSE_TIMEOUT_S", 900.0, minimum=1.0)
 # Record a trace of every answer run (retrieval.tracing); off only for measuring its cost.
 KB_TRACING = env_bool("KB_TRACING", True)
 # The MCP server (mcp_server, docs/mcp.md) answers each POST /mcp as an event stream (progress

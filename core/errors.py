@@ -46,6 +46,13 @@ class PermissionDenied(ApplicationError):
     status = 403
 
 
+class Conflict(ApplicationError):
+    """The request does not fit the object's state now (e.g. editing a walk that is not paused)."""
+
+    code = "conflict"
+    status = 409
+
+
 class UpstreamError(ApplicationError):
     """A model endpoint (embeddings or LLM) failed or answered nonsense."""
 

@@ -4,7 +4,7 @@ sources and upload files into them."""
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from portal import views
+from portal import views, walks
 
 app_name = "portal"
 urlpatterns = [
@@ -27,4 +27,8 @@ urlpatterns = [
     path("sources/jobs/", views.upload_jobs, name="upload-jobs"),
     path("sources/table/", views.sources_table, name="sources-table"),
     path("documents/<int:document_id>/", views.document_detail, name="document"),
+    path("walks/", walks.walks, name="walks"),
+    path("walks/<int:walk_id>/", walks.walk_detail, name="walk"),
+    path("walks/<int:walk_id>/state/", walks.walk_fragment, name="walk-state"),
+    path("walks/<int:walk_id>/steer/", walks.walk_steer, name="walk-steer"),
 ]

@@ -24,6 +24,7 @@ from django.urls import reverse
 from django.utils.cache import patch_vary_headers
 from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
@@ -50,8 +51,10 @@ from portal.decorators import tenant_required
 from portal.forms import AskForm, FeedbackForm, ProfileForm, UploadForm
 from portal.responses import partial_or_page
 from portal.uploads import files_upload, job_ids_parse, jobs_context, jobs_url
+from retrieval.pipeline import retrieval_filter
 from retrieval.quotas import USAGE_ROLES, QuotaUsage, quota_usage
 from retrieval.streaming import CONTENT_TYPE, HEADERS
+from retrieval.walks.graph import document_graph, graph_svg
 
 _VERSION_NUMBER = re.compile(r"[1-9][0-9]{0,8}")
 # Pages of one tenant's objects: after a tenant switch, land on the ask page instead.
@@ -420,9 +423,20 @@ def document_detail(request, tenant, document_id: int):
         old, new = sorted((other.number, version.number))
         diff = version_diff(tenant=tenant, document_id=document.pk, old=old, new=new)
     context = {"document": document, "versions": versions, "version": version, "chunks": list(chunks), "diff": diff}
+    if diff is None:
+        context["walk_graph"] = _walk_graph(tenant, request.user, document.pk)
     if diff is not None:  # htmx asks for the diff only (the version links' hx-get)
         return partial_or_page(request, fragment="portal/_diff.html", page="portal/document.html", context=context)
     return render(request, "portal/document.html", context)
+
+
+def _walk_graph(tenant, user, document_id: int) -> dict:
+    """The query-time graph walks built in the document, as the user may see it: ``{"svg", "facts"}``
+    (``retrieval.walks.graph``; an empty ``svg`` when no walk kept a fact here)."""
+    where = retrieval_filter(tenant=tenant, user=user)
+    graph = document_graph(where=where, document_id=document_id, user=user)
+    facts = sum(1 for node in graph.nodes.values() if node["kind"] == "fact")
+    return {"svg": mark_safe(graph_svg(graph)), "facts": facts}  # noqa: S308  (graph_svg escapes every label)
 
 
 def _chosen_version(versions: list, number: str):

@@ -45,6 +45,11 @@ class SearchConfig:
     enrichment_weight: float = _search(
         0.0, range=(0.0, 2.0), doc="weight of the enrichment field's BM25 added to the body's (0 = off)"
     )
+    # The memory field: chunks ranked by the facts walks kept from them (retrieval.walks.memory).
+    # Off by default; on per tenant where benchmarks/walk_memory.py measures it better.
+    memory_weight: float = _search(
+        0.0, range=(0.0, 2.0), doc="weight of the memory field (facts kept by walks) in the fusion (0 = off)"
+    )
 
     @classmethod
     def for_tenant(cls, tenant, **overrides) -> SearchConfig:

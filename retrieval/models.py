@@ -114,3 +114,8 @@ class TraceStep(models.Model):
 
     def __str__(self) -> str:
         return f"{self.order}. {self.stage}"
+
+
+from retrieval.walks.models import Fact, Walk, WalkStep  # noqa: E402  (the walks' models belong to this app)
+
+__all__ = ["Fact", "Trace", "TraceStep", "Walk", "WalkStep"]

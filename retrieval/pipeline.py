@@ -412,6 +412,7 @@ def pipeline_answer(
     on_event: Callable[[str, dict], None] | None = None,
     as_of: date | None = None,
     options: dict | None = None,
+    walk=None,
 ) -> AnswerRun:
     """Answer ``question`` from the tenant's documents with numbered citations, through a pipeline.
 
@@ -424,7 +425,8 @@ def pipeline_answer(
     without the LLM, ``degraded`` with a reason starting ``quota_exceeded:``.
     ``on_event(event, data)``, when given, is called as the run goes: ``"step"`` after each stage
     (``{"stage", "ms", "summary", "error"?}``) and ``"token"`` for each piece of a streamed LLM
-    answer (``{"text"}``); the LLM answer is then streamed. ``as_of`` and ``options`` as in ``pipeline_retrieve``. ``InvalidInput`` for bad
+    answer (``{"text"}``); the LLM answer is then streamed. ``as_of`` and ``options`` as in ``pipeline_retrieve``. ``walk``: the
+    ``retrieval.walks.recorder.WalkRecorder`` of a steered walk (WalkingRAG). ``InvalidInput`` for bad
     arguments.
     """
     started = time.perf_counter()
@@ -457,6 +459,7 @@ def pipeline_answer(
         mode=spec.mode,
         answering=True,
         reverse_pack=reverse_pack,
+        walk=walk,
     )
     if over_quota is not None:
         state.reasons.append(f"{over_quota.code}: {over_quota.message}")
@@ -484,6 +487,8 @@ def pipeline_answer(
     # A tenant with an LLM tokens limit is always traced: its traces are the meter.
     if (settings.KB_TRACING if trace is None else trace) or quota is not None:
         result.trace_id = _trace_write(tenant=tenant, user=user, result=result)
+        if state.walk is not None:
+            state.walk.traced(result.trace_id)
     return result
 
 

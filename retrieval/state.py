@@ -81,6 +81,9 @@ class RunState:
     # Values a stage computes once per run and reads again (keyed by the stage's name), e.g. the
     # asker's personal signals or whether the tenant holds any duplicate.
     memo: dict[str, Any] = field(default_factory=dict)
+    # The walk a WalkingRAG stage records into (``retrieval.walks.recorder.WalkRecorder``): given
+    # for a steered walk, set by the stage for any other walk with an LLM; ``None`` otherwise.
+    walk: Any = None
     started: float = field(default_factory=time.perf_counter)
 
     def __post_init__(self):

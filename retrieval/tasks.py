@@ -15,3 +15,13 @@ def traces_prune_task() -> int:
     A retention sweep over every tenant: it runs as the owner (the task's ``rls_bypass``,
     ``core.rls.rls_celery_connect``), the documented cross-tenant exception (``docs/rls.md``)."""
     return traces_prune(older_than_days=settings.KB_TRACE_RETENTION_DAYS)
+
+
+@shared_task(time_limit=3600, soft_time_limit=3570)
+def walk_run_task(walk_id: int) -> str:
+    """Run steered walk ``walk_id`` to its answer (``retrieval.steering.walk_execute``); its
+    status. Binds the walk's tenant itself. A paused walk holds the worker until a person resumes
+    or stops it, or ``KB_WALK_PAUSE_TIMEOUT_S`` runs out."""
+    from retrieval.steering import walk_execute
+
+    return walk_execute(walk_id=walk_id).status

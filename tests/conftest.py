@@ -44,6 +44,15 @@ TAXES = ReadDocument(
 )
 
 
+# A travel policy that points at the expense reports (walks: a second round finds them).
+TRAVEL = ReadDocument(
+    external_id="finance/travel",
+    title="Travel policy",
+    text=(
+        "Travel policy\n\nBook every flight through the travel desk at least two weeks before the trip. "
+        "The costs of a trip are paid back as the section on expense reports describes."
+    ),
+)
 # One page in two releases (versions tests): the supported PostgreSQL version changed.
 DATABASES_2023 = ReadDocument(
     external_id="ref/databases",
@@ -84,6 +93,13 @@ def corpus(tenant, source):
     """A tenant holding three short, distinct documents."""
     documents_ingest(tenant=tenant, source=source, documents=[PASTA, BIKE, TAXES])
     return tenant
+
+
+@pytest.fixture
+def walk_corpus(corpus, source):
+    """The corpus plus the travel policy that refers to the expense reports (WalkingRAG's walks)."""
+    documents_ingest(tenant=corpus, source=source, documents=[TRAVEL])
+    return corpus
 
 
 @pytest.fixture

@@ -97,18 +97,19 @@ def dbsf(lists: dict[str, Ranking], *, weights: dict[str, float]) -> Ranking:
 
 
 def candidates_fuse(candidates: CandidateLists, config: SearchConfig) -> Ranking:
-    """Fuse the lists with ``config.fusion``; a single list passes through unchanged."""
+    """Fuse the lists with ``config.fusion``; a single list passes through unchanged. The
+    ``memory`` list (facts walks kept, ``retrieval.walks.memory``) weighs ``memory_weight``."""
     lists = candidates.lists
     if len(lists) == 1:
         return next(iter(lists.values()))
-    weights = {"dense": config.dense_weight, "lexical": config.lexical_weight}
+    weights = {"dense": config.dense_weight, "lexical": config.lexical_weight, "memory": config.memory_weight}
     if config.fusion == "weighted":
         return weighted(lists, weights=weights)
     if config.fusion == "tm2c2":
-        return tm2c2(lists, weights=weights, lower={"dense": -1.0, "lexical": 0.0})
+        return tm2c2(lists, weights=weights, lower={"dense": -1.0, "lexical": 0.0, "memory": 0.0})
     if config.fusion == "dbsf":
         return dbsf(lists, weights=weights)
-    return rrf(lists, k=config.rrf_k)
+    return rrf(lists, k=config.rrf_k, weights={"memory": config.memory_weight})
 
 
 class Fuse(Stage):

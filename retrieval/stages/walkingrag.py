@@ -16,6 +16,7 @@ stops at the first of these, recorded as ``stop_reason`` on the last round's ste
 ``no_new_queries``  the LLM wants more but named nowhere new to look
 ``no_new_chunks``   the queries found no chunk not read already
 ``llm_failed``      the LLM call failed (the run is degraded; the answer uses what was gathered)
+``stopped``         a person stopped a steered walk, or its pause timed out (``retrieval.walks``)
 ``no_llm``          no LLM: one round of hybrid retrieval, then the extractive answer
 ==================  ==========================================================================
 
@@ -25,6 +26,14 @@ failed, the passages are the chunks themselves (those that yielded facts, else e
 read) and the answer is extractive. Every round is its own step (``walk.round1``,
 ``walk.round2``, …) whose summary holds the queries, the chunks read, the facts, the new
 queries and the stop reason, so a streaming caller sees each round as it ends.
+
+Every walk with an LLM is kept (``retrieval.walks``): a ``Walk`` row, one ``WalkStep`` per query
+(the path: which query found which chunks, which facts led to it, the false starts) and its facts
+as memory with their chunk and version. A steered walk (``run.walk``, started through the walks
+API) may pause after a round; the person's edits (question, facts removed or corrected, queries
+added or removed) come back as a ``walk.steeredN`` step and the walk goes on from them: a removed
+fact is not used, an added query is searched, and a person's query restarts a walk that would
+have stopped.
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ from retrieval.stages.generate import Generate
 from retrieval.stages.generate.walking import Fact, facts_extract
 from retrieval.stages.retrieve.candidates import candidates_retrieve
 from retrieval.types import Passage, QueryPlan, SearchResult
+from retrieval.walks.recorder import WalkRecorder
 
 MAX_PASSAGES = 20  # passages the final answer is written from
 
@@ -53,12 +63,15 @@ class WalkConfig:
     walk_max_rounds: int = setting(3, range=(1, 10), integer=True, doc="WalkingRAG: rounds of retrieval at most")
 
 
-def chunks_read(run, queries: list[str], seen: dict[int, SearchResult], *, k: int) -> list[SearchResult]:
+def chunks_read(
+    run, queries: list[str], seen: dict[int, SearchResult], *, k: int, found: dict | None = None
+) -> list[SearchResult]:
     """Up to ``k`` chunks per query not in ``seen`` (chunk id -> result), best first per query.
 
     Each query is searched on its own (the run's mode and search settings, the run's filter);
     chunks already read, this round or before, are skipped, and the new ones are added to
-    ``seen``. Retriever timings add up in ``run.timings``.
+    ``seen``. ``found``, when given, gets each query's new chunk ids (the walk's path).
+    Retriever timings add up in ``run.timings``.
     """
     spec = run.spec
     new: list[SearchResult] = []
@@ -78,6 +91,8 @@ def chunks_read(run, queries: list[str], seen: dict[int, SearchResult], *, k: in
         for result in results_fetch(tenant=run.tenant, ranking=ranking, candidates=candidates, k=k):
             seen[result.chunk.pk] = result
             new.append(result)
+            if found is not None:
+                found.setdefault(query, []).append(result.chunk.pk)
     return new
 
 
@@ -100,15 +115,18 @@ def _budget_spent(started: float, usd: float) -> str:
     return ""
 
 
-def answer_passages(facts: list[Fact], seen: dict[int, SearchResult], *, with_facts: bool) -> list[Passage]:
+def answer_passages(
+    facts: list[Fact], seen: dict[int, SearchResult], *, with_facts: bool, excluded: frozenset = frozenset()
+) -> list[Passage]:
     """The final answer's passages: one per chunk that yielded facts, in order of its first fact.
 
     ``with_facts``: a passage's text is its chunk's facts, one per line (for the LLM); else the
     chunk's own text (for an extractive answer). Without facts, every chunk read, in reading
-    order. At most ``MAX_PASSAGES``.
+    order, but those in ``excluded`` (chunks whose every fact a person removed). At most
+    ``MAX_PASSAGES``.
     """
     if not facts:
-        return [_chunk_passage(result) for result in seen.values()][:MAX_PASSAGES]
+        return [_chunk_passage(r) for chunk_id, r in seen.items() if chunk_id not in excluded][:MAX_PASSAGES]
     by_chunk: dict[int, list[str]] = {}
     for fact in facts:
         by_chunk.setdefault(fact.chunk_id, []).append(fact.text)
@@ -139,10 +157,10 @@ class WalkingRAG(Stage):
         self.ranking = ranking
         self.generate = Generate()
 
-    def walk_without_llm(self, run, seen: dict) -> str:
+    def walk_without_llm(self, run, seen: dict, found: dict | None = None) -> str:
         """The fallback: one round of hybrid retrieval (the ``walk.round1`` step); the stop reason."""
         with run.step("walk.round1") as step:
-            new = chunks_read(run, [run.question], seen, k=run.k)
+            new = chunks_read(run, [run.question], seen, k=run.k, found=found)
             step.summary = {
                 "round": 1,
                 "mode": "retrieval only",
@@ -165,19 +183,40 @@ class WalkingRAG(Stage):
         asked: list[str] = []
         stop_reason = ""
         rounds = 0
+        recorder = run.walk
+        if recorder is None and run.llm is not None:
+            recorder = run.walk = WalkRecorder.for_run(run)  # every walk keeps its facts and path
         if run.llm is None:
             rounds = 1
             asked.append(question)
-            stop_reason = self.walk_without_llm(run, seen)
+            found: dict[str, list[int]] = {}
+            stop_reason = self.walk_without_llm(run, seen, found)
+            if recorder is not None:
+                recorder.round_done(
+                    round=1,
+                    queries=[question],
+                    origins={},
+                    led_by=[],
+                    found=found,
+                    facts=[],
+                    next_queries=[],
+                    stop_reason=stop_reason,
+                )
         queries = [question]
+        origins: dict[str, str] = {question: "question"}
+        led_by: list[int] = []
+        excluded: set[int] = set()  # chunks whose every fact a person removed
         while not stop_reason:
             rounds += 1
             stage = f"walk.round{rounds}"
+            round_facts: list[Fact] = []
+            found = {}
             with run.step(stage) as step:
                 asked.extend(queries)
-                new = chunks_read(run, queries, seen, k=k)
+                new = chunks_read(run, queries, seen, k=k, found=found)
                 summary: dict = {"round": rounds, "queries": queries, "chunks_read": [r.chunk.pk for r in new]}
                 step.summary = summary
+                next_queries: list[str] = []
                 if not new:
                     stop_reason = "no_new_chunks"
                 else:
@@ -193,15 +232,16 @@ class WalkingRAG(Stage):
                     else:
                         for fact in outcome.facts:
                             fact.round = rounds
+                        round_facts = outcome.facts
                         facts.extend(outcome.facts)
                         known = {q.lower() for q in asked}
-                        queries = [q for q in outcome.queries if q.lower() not in known]
+                        next_queries = [q for q in outcome.queries if q.lower() not in known]
                         summary.update(
                             model=getattr(run.llm, "name", ""),
                             facts=[f.as_dict() for f in outcome.facts],
                             dropped=outcome.dropped,
                             sufficient=outcome.sufficient,
-                            new_queries=queries,
+                            new_queries=next_queries,
                         )
                         spent = _budget_spent(started, run.usage.cost_usd + step.usage.cost_usd)
                         if outcome.sufficient:
@@ -213,12 +253,58 @@ class WalkingRAG(Stage):
                         elif spent:
                             stop_reason = "budget"
                             summary["budget"] = spent
-                        elif not queries:
+                        elif not next_queries:
                             stop_reason = "no_new_queries"
+                if recorder is not None:
+                    recorder.round_done(
+                        round=rounds,
+                        queries=queries,
+                        origins=origins,
+                        led_by=led_by,
+                        found=found,
+                        facts=round_facts,
+                        next_queries=next_queries,
+                        stop_reason=stop_reason,
+                    )
+                    summary["walk_id"] = recorder.walk.pk
+                    if round_facts:  # now with the stored facts' ids
+                        summary["facts"] = [f.as_dict() for f in round_facts]
                 summary["stop_reason"] = stop_reason or None
+            queries, origins = next_queries, {q: "facts" for q in next_queries}
+            led_by = [f.id for f in round_facts if f.id is not None]
+            if recorder is None or stop_reason in ("llm_failed", "budget"):
+                continue
+            steering = recorder.checkpoint(round=rounds, facts=facts, next_queries=queries, stop_reason=stop_reason)
+            if steering is None:
+                continue
+            started += steering.paused_s  # a person's time is not the walk's budget
+            with run.step(f"walk.steered{rounds}") as step:
+                still = {id(f) for f in steering.facts}
+                removed = [f.id for f in facts if id(f) not in still]
+                excluded |= {f.chunk_id for f in facts if id(f) not in still}
+                excluded -= {f.chunk_id for f in steering.facts}
+                edited = question != steering.question
+                question = run.question = steering.question
+                facts = steering.facts
+                added = [q for q in steering.queries if steering.origins.get(q) == "person"]
+                queries, origins = steering.queries, steering.origins
+                if steering.stop:
+                    stop_reason = "stopped"
+                elif queries and stop_reason in ("sufficient", "no_new_facts", "no_new_queries", "no_new_chunks"):
+                    stop_reason = ""  # a person named somewhere to look: the walk goes on
+                elif not queries and not stop_reason:
+                    stop_reason = "no_new_queries"
+                step.summary = {
+                    "round": rounds,
+                    "question_edited": edited,
+                    "facts_removed": removed,
+                    "queries": queries,
+                    "queries_added": added,
+                    "stop_reason": stop_reason or None,
+                }
         with_facts = run.llm is not None
         with run.step("walk") as step:
-            passages = answer_passages(facts, seen, with_facts=with_facts)
+            passages = answer_passages(facts, seen, with_facts=with_facts, excluded=frozenset(excluded))
             step.summary = {
                 "rounds": rounds,
                 "stop_reason": stop_reason,
@@ -230,9 +316,13 @@ class WalkingRAG(Stage):
                 "spent_ms": round((time.perf_counter() - started) * 1000, 2),
                 "spent_usd": round(run.usage.cost_usd, 6),
             }
+            if recorder is not None:
+                step.summary["walk_id"] = recorder.walk.pk
         run.search_ms = run.elapsed_ms()
         run.passages = passages
         run = self.generate.run(run)
+        if recorder is not None:
+            recorder.answered(answer=run.answer, stop_reason=stop_reason, degraded=run.degraded)
         results = list(seen.values())
         for rank, result in enumerate(results, start=1):
             result.rank = rank

@@ -102,7 +102,7 @@ class Fact:
 
     ``n`` is the passage's number in the round that found it (1-based); ``chunk_id`` the id of
     that passage's anchor chunk (a ``knowledge.Chunk``); ``round`` the round (1-based, set by the
-    flow; 0 until then).
+    flow; 0 until then); ``id`` the stored fact's id once the walk kept it (``retrieval.walks``).
     """
 
     text: str
@@ -110,9 +110,13 @@ class Fact:
     n: int
     chunk_id: int
     round: int = 0
+    id: int | None = None
 
     def as_dict(self) -> dict:
-        return {"fact": self.text, "relevance": self.relevance, "chunk_id": self.chunk_id, "round": self.round}
+        data = {"fact": self.text, "relevance": self.relevance, "chunk_id": self.chunk_id, "round": self.round}
+        if self.id is not None:
+            data["fact_id"] = self.id
+        return data
 
 
 @dataclass

@@ -3,8 +3,9 @@
 The lexical side searches ``plan.lexical_terms`` when a rewrite stage set them (weighted
 lexemes), else ``plan.lexical_query``, in the body's BM25 plus, with a tenant's
 ``enrichment_weight``, that weight times the enrichment field's BM25 (``enrichment``); the dense side uses ``plan.dense_vector`` when a stage
-passed its own (HyDE), else the embedding of ``plan.dense_text``. Both apply the same
-``RetrievalFilter``.
+passed its own (HyDE), else the embedding of ``plan.dense_text``. With a tenant's
+``memory_weight``, a third list, ``memory``: chunks ranked by the facts walks kept from them
+(``retrieval.walks.memory``). All apply the same ``RetrievalFilter``.
 
 In hybrid mode the dense side (the query embedding, then the vector SQL) runs in a worker
 thread while the calling thread runs the BM25 SQL: the model's forward pass (torch or ONNX
@@ -39,6 +40,7 @@ from retrieval.stages.retrieve.dense import vector_search
 from retrieval.stages.retrieve.enrichment import enrichment_bm25_search, fields_combine
 from retrieval.stages.retrieve.lexical import bm25_search
 from retrieval.types import CandidateLists, QueryPlan
+from retrieval.walks.memory import memory_search
 
 # Query embeddings are short forward passes; the embedder serializes its own calls, so a couple
 # of workers only let two searches queue without blocking each other's SQL.
@@ -202,6 +204,16 @@ def candidates_retrieve(
     if wants_dense and "dense" not in lists:
         lists["dense"], dense_timings = _dense(plan, vector=vector, **dense_args)
         timings.update(dense_timings)
+    if config.memory_weight > 0:
+        started = time.perf_counter()
+        lists["memory"] = memory_search(
+            query=plan.question,
+            where=where,
+            embedder=embedder if wants_dense else None,
+            vector=plan.dense_vector,
+            limit=limit,
+        )
+        timings["memory_ms"] = (time.perf_counter() - started) * 1000
     return CandidateLists(lists=lists, details=details), timings
 
 

@@ -1,0 +1,206 @@
+"""Walks a person steers: start one, watch its rounds, pause it, edit it, resume or stop it.
+
+Seed ``walkingrag-multi-turn.txt``: "users can interrupt cycles, modify outputs or questions, and
+return control to the system to steer it in a new direction". ``walk_start`` records a steered
+``Walk`` and runs it in the background: as a Celery task with a broker (``CELERY_BROKER_URL``),
+else in a thread of this process. The run is the WalkingRAG pipeline with a ``WalkRecorder``
+(``retrieval.walks.recorder``), which pauses after the ``pause_after`` round or when a person asks
+(``walk_pause``) and waits there. While it is paused a person edits it (``walk_edit``: the
+question, facts removed or corrected, next queries added or removed) and resumes it
+(``walk_resume``) or stops it (``walk_stop``: it answers from what it has). A paused walk answers
+by itself after ``KB_WALK_PAUSE_TIMEOUT_S``. A walk is its asker's: nobody else reads or steers it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import threading
+
+from django.conf import settings
+from django.db import connections, transaction
+from django.utils import timezone
+
+from core.errors import Conflict, InvalidInput, NotFound
+from core.queue import task_send
+from core.rls import tenant_context
+from retrieval import task_names
+from retrieval.config import MAX_QUERY_CHARS
+from retrieval.walks.memory import fact_correct, walk_facts_retire
+from retrieval.walks.models import Fact, Walk
+from retrieval.walks.recorder import WalkRecorder
+
+logger = logging.getLogger(__name__)
+
+MAX_PAUSE_AFTER = 10
+MAX_NEXT_QUERIES = 10
+
+
+def _question_clean(question: str) -> str:
+    question = " ".join((question or "").split())
+    if not question:
+        raise InvalidInput("The question is empty.")
+    if len(question) > MAX_QUERY_CHARS:
+        raise InvalidInput(f"The question is longer than {MAX_QUERY_CHARS} characters.")
+    return question
+
+
+def walk_get(*, tenant, user, walk_id: int) -> Walk:
+    """The walk ``walk_id`` of ``user`` in ``tenant``; ``NotFound`` for anyone else's (or none)."""
+    walk = Walk.objects.for_tenant(tenant).filter(pk=walk_id, user=user, steered=True).first()
+    if walk is None:
+        raise NotFound(f"No walk {walk_id}.")
+    return walk
+
+
+def walk_start(*, tenant, user, question: str, pause_after: int | None = None, k: int = 5) -> Walk:
+    """Record a steered walk of ``user`` over ``tenant``'s documents and start it once the
+    transaction commits (module docstring). ``pause_after``: pause after that round (1-10);
+    ``k``: chunks read per query per round (1-20). ``InvalidInput`` for an empty or over-long
+    question or a bad ``pause_after`` or ``k``."""
+    question = _question_clean(question)
+    if pause_after is not None and not 1 <= pause_after <= MAX_PAUSE_AFTER:
+        raise InvalidInput(f"pause_after must be between 1 and {MAX_PAUSE_AFTER}.")
+    if not 1 <= k <= 20:
+        raise InvalidInput("k must be between 1 and 20.")
+    walk = Walk.objects.create(
+        tenant=tenant, user=user, question=question, pause_after=pause_after, k=k, steered=True, status="running"
+    )
+    transaction.on_commit(lambda: _launch(walk.pk, walk.tenant_id))
+    return walk
+
+
+def _launch(walk_id: int, tenant_id: int) -> None:
+    """Run the walk: a Celery task with a broker, a daemon thread of this process without one."""
+    if not settings.CELERY_TASK_ALWAYS_EAGER:
+        task_send(task_names.WALK_RUN, walk_id)
+        return
+
+    def run() -> None:
+        try:
+            walk_execute(walk_id=walk_id, tenant_id=tenant_id)
+        finally:
+            connections.close_all()
+
+    context = contextvars.copy_context()  # the audit actor and telemetry context
+    threading.Thread(target=context.run, args=(run,), name=f"walk-{walk_id}", daemon=True).start()
+
+
+def walk_execute(*, walk_id: int, tenant_id: int | None = None, llm=None) -> Walk:
+    """Run steered walk ``walk_id`` to its answer here (the task's and the thread's body).
+
+    Binds the walk's tenant (row-level security), answers through the WalkingRAG pipeline with
+    the walk's recorder (``llm``: an ``LLMClient``; default the configured one). A run that
+    raises leaves the walk ``failed`` with the error; the exception is logged, not raised."""
+    if tenant_id is None:
+        tenant_id = Walk.objects.values_list("tenant_id", flat=True).get(pk=walk_id)
+    from retrieval.pipeline import CONFIGURED, pipeline_answer
+
+    with tenant_context(tenant_id):
+        walk = Walk.objects.for_tenant(tenant_id).select_related("tenant", "user").get(pk=walk_id)
+        try:
+            pipeline_answer(
+                tenant=walk.tenant,
+                question=walk.question,
+                pipeline="walkingrag",
+                user=walk.user,
+                k=walk.k,
+                llm=CONFIGURED if llm is None else llm,
+                walk=WalkRecorder(walk),
+            )
+        except Exception as exc:
+            logger.exception("Walk %s failed", walk_id)
+            Walk.objects.for_tenant(tenant_id).filter(pk=walk_id).update(
+                status="failed", error=str(exc)[:2000], finished_at=timezone.now(), updated_at=timezone.now()
+            )
+        walk.refresh_from_db()
+    return walk
+
+
+def _locked(walk: Walk) -> Walk:
+    return Walk.objects.select_for_update().get(pk=walk.pk)
+
+
+@transaction.atomic
+def walk_pause(*, walk: Walk) -> Walk:
+    """Ask a running walk to pause after its current round; ``Conflict`` when it has ended."""
+    walk = _locked(walk)
+    if walk.finished:
+        raise Conflict(f"The walk is {walk.status}; only a running walk can pause.")
+    if walk.status == "running":
+        walk.pause_requested = True
+        walk.save(update_fields=["pause_requested", "updated_at"])
+    return walk
+
+
+@transaction.atomic
+def walk_resume(*, walk: Walk) -> Walk:
+    """Let a paused walk go on from its (edited) state; ``Conflict`` unless it is paused."""
+    walk = _locked(walk)
+    if walk.status != "paused":
+        raise Conflict(f"The walk is {walk.status}; only a paused walk can resume.")
+    walk.status, walk.pause_after = "running", None
+    walk.save(update_fields=["status", "pause_after", "updated_at"])
+    return walk
+
+
+@transaction.atomic
+def walk_stop(*, walk: Walk) -> Walk:
+    """Stop a running or paused walk: it answers from the facts it has. ``Conflict`` once it ended."""
+    walk = _locked(walk)
+    if walk.finished:
+        raise Conflict(f"The walk is {walk.status} already.")
+    walk.stop_requested = True
+    walk.save(update_fields=["stop_requested", "updated_at"])
+    return walk
+
+
+@transaction.atomic
+def walk_edit(
+    *,
+    walk: Walk,
+    question: str | None = None,
+    remove_facts: list[int] | None = None,
+    edit_facts: dict[int, str] | None = None,
+    next_queries: list[str] | None = None,
+    add_queries: list[str] | None = None,
+    remove_queries: list[str] | None = None,
+) -> Walk:
+    """Edit a paused walk; every change applies or none does.
+
+    ``question``: the new question. ``remove_facts``: ids of the walk's facts not to use (each is
+    retired as wrong, so memory never serves it either). ``edit_facts``: ``{fact id: corrected
+    text}``. ``next_queries`` replaces the next round's queries; ``add_queries`` and
+    ``remove_queries`` change them. ``Conflict`` unless the walk is paused; ``InvalidInput`` for
+    an empty question or fact, an unknown fact, or more than ``MAX_NEXT_QUERIES`` queries."""
+    walk = _locked(walk)
+    if walk.status != "paused":
+        raise Conflict(f"The walk is {walk.status}; a walk is edited while it is paused.")
+    fields = ["updated_at"]
+    if question is not None:
+        walk.question = _question_clean(question)
+        fields.append("question")
+    queries = list(walk.next_queries) if next_queries is None else [" ".join(q.split()) for q in next_queries]
+    for query in add_queries or []:
+        query = " ".join(query.split())
+        if query and query.lower() not in {q.lower() for q in queries}:
+            queries.append(query)
+    dropped = {" ".join(q.split()).lower() for q in remove_queries or []}
+    queries = [q for q in queries if q and q.lower() not in dropped]
+    if any(len(q) > MAX_QUERY_CHARS for q in queries):
+        raise InvalidInput(f"A query is longer than {MAX_QUERY_CHARS} characters.")
+    if len(queries) > MAX_NEXT_QUERIES:
+        raise InvalidInput(f"At most {MAX_NEXT_QUERIES} next queries.")
+    if queries != walk.next_queries:
+        walk.next_queries = queries
+        fields.append("next_queries")
+    if edit_facts:
+        facts = {f.pk: f for f in Fact.objects.for_tenant(walk.tenant_id).filter(walk=walk, pk__in=list(edit_facts))}
+        for fact_id, text in edit_facts.items():
+            if fact_id not in facts:
+                raise InvalidInput(f"No fact {fact_id} in this walk.")
+            fact_correct(fact=facts[fact_id], text=text)
+    if remove_facts:
+        walk_facts_retire(walk=walk, fact_ids=list(remove_facts))
+    walk.save(update_fields=fields)
+    return walk

@@ -1,0 +1,173 @@
+"""What a walk leaves while it runs: its row, its path, its facts, and the pauses a person asked for.
+
+The WalkingRAG stage (``retrieval.stages.walkingrag``) calls a ``WalkRecorder`` after each round
+(``round_done``: the facts kept as memory, one ``WalkStep`` per query), then asks it whether to
+go on (``checkpoint``): a steered walk pauses there after its ``pause_after`` round or when a
+person asked, waits (polling its row) until a person resumes or stops it, or until
+``KB_WALK_PAUSE_TIMEOUT_S`` runs out (then it answers from what it has), and hands the stage the
+person's edits: the question, the facts still in use (removed ones dropped, corrected ones with
+their new text) and the next queries. ``answered`` stores the answer; ``traced`` links the trace.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.utils import timezone
+
+from retrieval.walks.memory import facts_keep
+from retrieval.walks.models import Fact, Walk, WalkStep
+
+
+@dataclass
+class Steering:
+    """A person's edits to a paused walk, for the stage to go on with.
+
+    ``facts``: the walk's facts still in use, in the order they were found (``walking.Fact``
+    objects, texts as corrected). ``queries``: the next round's queries; ``origins`` maps each to
+    ``"facts"`` (the walk named it) or ``"person"``. ``stop``: answer now. ``paused_s``: seconds
+    the walk waited (not counted against its time budget).
+    """
+
+    question: str
+    facts: list
+    queries: list[str]
+    origins: dict[str, str] = field(default_factory=dict)
+    stop: bool = False
+    paused_s: float = 0.0
+
+
+class WalkRecorder:
+    """Keeps one walk's row, path and facts as the stage runs it (module docstring).
+
+    ``poll_s``: how often a paused walk reads its row. Errors of the database propagate.
+    """
+
+    def __init__(self, walk: Walk, *, poll_s: float = 0.3):
+        self.walk = walk
+        self.poll_s = poll_s
+
+    @classmethod
+    def for_run(cls, run) -> WalkRecorder:
+        """A recorder with a new, unsteered ``Walk`` row for a pipeline run (``RunState``)."""
+        walk = Walk.objects.create(
+            tenant=run.tenant, user=run.user, question=run.question, pipeline=run.spec.name, status="running"
+        )
+        walk.tenant = run.tenant
+        return cls(walk)
+
+    def round_done(
+        self,
+        *,
+        round: int,
+        queries: list[str],
+        origins: dict[str, str],
+        led_by: list[int],
+        found: dict[str, list[int]],
+        facts: list,
+        next_queries: list[str],
+        stop_reason: str,
+    ) -> None:
+        """Record round ``round``: its facts (``walking.Fact``; ids set) and one step per query
+        (``found``: query -> new chunk ids), the walk's round and next queries."""
+        facts_keep(walk=self.walk, facts=facts, round=round, next_sources=next_queries)
+        per_chunk: dict[int, int] = {}
+        for fact in facts:
+            per_chunk[fact.chunk_id] = per_chunk.get(fact.chunk_id, 0) + 1
+        steps = []
+        for query in queries:
+            chunk_ids = found.get(query, [])
+            count = sum(per_chunk.get(c, 0) for c in chunk_ids)
+            origin = origins.get(query, "question")
+            steps.append(
+                WalkStep(
+                    tenant_id=self.walk.tenant_id,
+                    walk=self.walk,
+                    round=round,
+                    query=query,
+                    origin=origin,
+                    led_by=led_by if origin == "facts" else [],
+                    chunk_ids=chunk_ids,
+                    fact_count=count,
+                    false_start=count == 0,
+                )
+            )
+        WalkStep.objects.bulk_create(steps)
+        self.walk.round = round
+        self.walk.next_queries = [] if stop_reason else list(next_queries)
+        self.walk.save(update_fields=["round", "next_queries", "updated_at"])
+
+    def _should_pause(self, round: int) -> bool:
+        walk = self.walk
+        return walk.steered and (walk.pause_requested or (walk.pause_after is not None and walk.pause_after == round))
+
+    def checkpoint(self, *, round: int, facts: list, next_queries: list[str], stop_reason: str) -> Steering | None:
+        """After round ``round``: ``None`` to go on as the walk decided, or the ``Steering`` a
+        person left (after a pause, or a stop asked while it ran)."""
+        self.walk.refresh_from_db()
+        if not self._should_pause(round):
+            if self.walk.stop_requested:
+                return Steering(question=self.walk.question, facts=facts, queries=[], stop=True)
+            return None
+        walk = self.walk
+        walk.status, walk.paused_at, walk.pause_requested = "paused", timezone.now(), False
+        walk.next_queries = list(next_queries)
+        walk.stop_reason = stop_reason
+        walk.save(update_fields=["status", "paused_at", "pause_requested", "next_queries", "stop_reason", "updated_at"])
+        paused = time.monotonic()
+        deadline = paused + settings.KB_WALK_PAUSE_TIMEOUT_S
+        timed_out = False
+        while True:
+            time.sleep(self.poll_s)
+            walk.refresh_from_db()
+            if walk.status != "paused" or walk.stop_requested:
+                break
+            if time.monotonic() >= deadline:
+                timed_out = True
+                break
+        if walk.status == "paused":  # timed out, or a stop asked: running again until it answers
+            walk.status = "running"
+            walk.save(update_fields=["status", "updated_at"])
+        live = {
+            f.pk: f.text
+            for f in Fact.objects.for_tenant(walk.tenant_id).filter(walk=walk).exclude(retired_reason="wrong")
+        }
+        kept = []
+        for fact in facts:
+            if fact.id in live:
+                fact.text = live[fact.id]
+                kept.append(fact)
+        queries = [q for q in walk.next_queries if isinstance(q, str) and q.strip()]
+        origins = {q: ("facts" if q in next_queries else "person") for q in queries}
+        return Steering(
+            question=walk.question,
+            facts=kept,
+            queries=queries,
+            origins=origins,
+            stop=timed_out or walk.stop_requested,
+            paused_s=time.monotonic() - paused,
+        )
+
+    def answered(self, *, answer, stop_reason: str, degraded: bool) -> None:
+        """Store the walk's answer; the walk is ``stopped`` when a person stopped it, else ``done``."""
+        walk = self.walk
+        walk.answer = {
+            "text": answer.text if answer is not None else "",
+            "citations": [
+                {"n": c.n, "chunk_id": c.passage.anchor.pk, "document_id": c.passage.document.pk}
+                for c in (answer.citations if answer is not None else [])
+            ],
+            "degraded": degraded,
+        }
+        walk.stop_reason = stop_reason
+        walk.status = "stopped" if stop_reason in ("stopped", "pause_timeout") else "done"
+        walk.next_queries = []
+        walk.finished_at = timezone.now()
+        walk.save(update_fields=["answer", "stop_reason", "status", "next_queries", "finished_at", "updated_at"])
+
+    def traced(self, trace_id: int) -> None:
+        """Link the walk and its facts to the run's trace ``trace_id``."""
+        Walk.objects.for_tenant(self.walk.tenant_id).filter(pk=self.walk.pk).update(trace_id=trace_id)
+        Fact.objects.for_tenant(self.walk.tenant_id).filter(walk_id=self.walk.pk).update(trace_id=trace_id)
