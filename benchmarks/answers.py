@@ -2,7 +2,7 @@
 
 Usage: python benchmarks/answers.py --dataset hotpotqa|bioasq [--pipelines extractive simple ...]
        [--baselines [NAME ...]] [--start N] [--limit N] [--types yesno factoid] [--model qwen2.5-1.5b]
-       [--llm-url URL] [--judge [ROW ...]] [--out FILE]
+       [--llm-url URL] [--judge [ROW ...]] [--overrides JSON] [--facts-clear] [--out FILE]
 Prints JSON (and writes it to ``benchmarks/results/answers-<dataset>.json`` unless ``--out``).
 
 The dataset is ingested into its ``bench-<dataset>`` tenant (as in ``retrieval_quality.py``). For
@@ -21,6 +21,11 @@ follows another on the model server):
   words: ``generic`` (answer from the context, say you don't know, three sentences at most: the
   LangChain and Haystack defaults), ``answer_only`` (answer only, no other words: FlashRAG's
   standard RAG) and ``cite_numbered`` (numbered passages, "cite [n]"), streamed as plain text.
+
+Memory (``retrieval.walks``): every walk keeps its facts in the tenant. ``--facts-clear`` forgets
+them first (the walks of the run start from an empty memory); ``--overrides '{"memory_weight": 0.3}'``
+turns the memory field on for every product row (a second pass then answers with the first's
+memory).
 
 One local llama.cpp server answers every row (``llm.local.local_llm_start``, 2 threads,
 temperature 0), started here unless ``--llm-url`` points at one.
@@ -129,6 +134,9 @@ def baseline_messages(kind: str, question: str, texts: list[str]) -> list[dict[s
 # ---- one row's answer to one question --------------------------------------------------------
 
 
+OVERRIDES: dict = {}  # --overrides: settings for every product pipeline row (e.g. memory_weight)
+
+
 def product_answer(tenant, question: str, pipeline: str, client) -> dict:
     """The product's answer through ``pipeline`` (``extractive``: no LLM): text, short answer,
     citations' documents, coverage, passages, seconds, ttft and usage."""
@@ -147,7 +155,7 @@ def product_answer(tenant, question: str, pipeline: str, client) -> dict:
         tenant=tenant,
         question=question,
         pipeline="simple" if extractive else pipeline,
-        overrides=VARIANTS[style] if style else None,
+        overrides={**OVERRIDES, **(VARIANTS[style] if style else {})} or None,
         k=5,
         llm=None if extractive else client,
         use_llm=not extractive,
@@ -410,6 +418,14 @@ def main() -> None:
         metavar="ROW",
         help="grade these rows' answers with the LLM judge (no ROW: every LLM row)",
     )
+    parser.add_argument(
+        "--overrides", default=None, help='JSON settings for every product row, e.g. \'{"memory_weight": 0.3}\''
+    )
+    parser.add_argument(
+        "--facts-clear",
+        action="store_true",
+        help="forget the tenant's walks and facts first (memory empty); walks of this run then build it",
+    )
     parser.add_argument("--out", default=None)
     parser.add_argument("--combine", nargs="+", metavar="JSON", help="summarize earlier runs' outputs together")
     args = parser.parse_args()
@@ -428,6 +444,14 @@ def main() -> None:
     items = question_items(args.dataset, limit=None, types=args.types)[args.start :]
     items = items[: args.limit] if args.limit else items
     tenant, _, _ = tenant_for(dataset_load(name=args.dataset, paths=DATASETS[args.dataset]), name=args.dataset)
+    if args.overrides:
+        OVERRIDES.update(json.loads(args.overrides))
+    from retrieval.walks.models import Fact, Walk
+
+    if args.facts_clear:
+        Walk.objects.for_tenant(tenant).delete()
+        Fact.objects.for_tenant(tenant).delete()
+    log(f"memory: {Fact.objects.for_tenant(tenant).count()} facts before the run; overrides {OVERRIDES}")
     rows = list(args.pipelines) + (list(args.baselines or BASELINES) if args.baselines is not None else [])
     needs_llm = any(row != "extractive" for row in rows)
     server, client, url = None, None, args.llm_url
@@ -488,6 +512,8 @@ def report(args, items, rows, per_row, examples, needs_llm, load_before, started
         "load_average_1min_before": load_before,
         "load_average_1min_after": _load(),
         "wall_s": round(time.perf_counter() - started, 1),
+        "overrides": OVERRIDES,
+        "facts_cleared": args.facts_clear,
         "rows": {row: summary(per_row[row]) for row in rows if per_row[row]},
         **({"judge": judge_agreement(per_row)} if args.judge is not None else {}),
         "examples": examples,

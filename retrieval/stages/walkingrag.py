@@ -2,8 +2,8 @@
 
 Seed ``walkingrag-multi-turn.txt`` ("Better RAG 2: Single-shot is not good enough"). Round 1
 searches the question; each round reads up to ``k`` unseen chunks per query (hybrid retrieval,
-chunks read in earlier rounds skipped), and one LLM call (``facts_extract``) keeps the facts
-they hold, each tied to its chunk, judges whether the facts suffice and names what is still
+chunks read in earlier rounds skipped), and one LLM call (``facts_extract``) over the best
+``walk_facts_from`` of them per query keeps the facts they hold, each tied to its chunk, judges whether the facts suffice and names what is still
 missing (``nextSource`` + ``expectedInfo``), which become the next round's queries. The walk
 stops at the first of these, recorded as ``stop_reason`` on the last round's step and on the
 ``walk`` step:
@@ -61,6 +61,75 @@ class WalkConfig:
     """Settings of the WalkingRAG stage."""
 
     walk_max_rounds: int = setting(3, range=(1, 10), integer=True, doc="WalkingRAG: rounds of retrieval at most")
+    walk_facts_from: int = setting(
+        3,
+        range=(1, 20),
+        integer=True,
+        doc="WalkingRAG: chunks per query the LLM reads for facts each round (the best of the k read)",
+    )
+    walk_answer_from: str = setting(
+        "chunks",
+        choices=("chunks", "facts"),
+        doc="WalkingRAG: answer from the text of the chunks that yielded facts, or from the facts themselves",
+    )
+    walk_entity_hop: int = setting(
+        2,
+        range=(0, 5),
+        integer=True,
+        doc="WalkingRAG: bridge entities (named in facts, not in the question) searched once more, LLM-free",
+    )
+
+
+def bridge_entities(question: str, facts: list[Fact], *, limit: int) -> list[str]:
+    """The named entities the facts name and the question does not (``knowledge.enrichment.entities``,
+    LLM-free), in order of the facts, at most ``limit``: the links between hops a bridge question
+    hides ("the father of X" -> the father's name). ``[]`` when the NER model is not installed."""
+    from knowledge.enrichment.entities import EntitiesUnavailable, entities_extract
+
+    if limit <= 0 or not facts:
+        return []
+    try:
+        per_fact = entities_extract([f.text for f in facts])
+    except EntitiesUnavailable:
+        return []
+    asked = question.lower()
+    found: list[str] = []
+    for entities in per_fact:
+        for entity in entities:
+            key = entity.lower()
+            if key not in asked and key not in {e.lower() for e in found} and len(key) > 2:
+                found.append(entity)
+    return found[:limit]
+
+
+def entity_hop(run, entities: list[str], seen: dict[int, SearchResult]) -> dict[str, int | None]:
+    """Search each entity on its own (the run's mode and filter) and read its best chunk when the
+    walk has not read it; ``{entity: chunk id read, or None}``. The new chunks join ``seen``."""
+    spec = run.spec
+    hops: dict[str, int | None] = {}
+    for entity in entities:
+        plan = QueryPlan.from_question(entity)
+        candidates, timings = candidates_retrieve(
+            plan,
+            where=run.where,
+            embedder=run.tenant.embedder,
+            mode=run.mode,
+            config=spec.search,
+            limit=spec.search.candidates,
+        )
+        for name, ms in timings.items():
+            run.timings[name] = run.timings.get(name, 0.0) + ms
+        ranking = candidates_fuse(candidates, spec.search)
+        if not ranking or ranking[0][0] in seen:
+            hops[entity] = None
+            continue
+        [result] = results_fetch(tenant=run.tenant, ranking=ranking[:1], candidates=candidates, k=1) or [None]
+        if result is None:
+            hops[entity] = None
+            continue
+        seen[result.chunk.pk] = result
+        hops[entity] = result.chunk.pk
+    return hops
 
 
 def chunks_read(
@@ -116,14 +185,21 @@ def _budget_spent(started: float, usd: float) -> str:
 
 
 def answer_passages(
-    facts: list[Fact], seen: dict[int, SearchResult], *, with_facts: bool, excluded: frozenset = frozenset()
+    facts: list[Fact],
+    seen: dict[int, SearchResult],
+    *,
+    with_facts: bool,
+    excluded: frozenset = frozenset(),
+    hops: tuple = (),
+    fill: int = 0,
 ) -> list[Passage]:
-    """The final answer's passages: one per chunk that yielded facts, in order of its first fact.
+    """The final answer's passages: one per chunk that yielded facts, in order of its first fact,
+    then the chunks the entity hop read (``hops``, chunk ids), then, up to ``fill`` passages in
+    all, the other chunks read in reading order.
 
     ``with_facts``: a passage's text is its chunk's facts, one per line (for the LLM); else the
-    chunk's own text (for an extractive answer). Without facts, every chunk read, in reading
-    order, but those in ``excluded`` (chunks whose every fact a person removed). At most
-    ``MAX_PASSAGES``.
+    chunk's own text. Without facts, every chunk read, in reading order. Chunks in ``excluded``
+    (whose every fact a person removed) are left out. At most ``MAX_PASSAGES``.
     """
     if not facts:
         return [_chunk_passage(r) for chunk_id, r in seen.items() if chunk_id not in excluded][:MAX_PASSAGES]
@@ -136,7 +212,18 @@ def answer_passages(
         if with_facts:
             passage.text = "\n".join(texts)
         passages.append(passage)
-    return passages
+    used = set(by_chunk)
+    for chunk_id in hops:
+        if chunk_id in seen and chunk_id not in used and chunk_id not in excluded:
+            passages.append(_chunk_passage(seen[chunk_id]))
+            used.add(chunk_id)
+    for chunk_id, result in seen.items():
+        if len(passages) >= fill:
+            break
+        if chunk_id not in used and chunk_id not in excluded:
+            passages.append(_chunk_passage(result))
+            used.add(chunk_id)
+    return passages[:MAX_PASSAGES]
 
 
 class WalkingRAG(Stage):
@@ -221,8 +308,12 @@ class WalkingRAG(Stage):
                     stop_reason = "no_new_chunks"
                 else:
                     try:
+                        per_query = run.spec.of(WalkConfig).walk_facts_from
+                        shown_ids = {c for ids in found.values() for c in ids[:per_query]}
+                        shown = [r for r in new if r.chunk.pk in shown_ids]
+                        summary["chunks_shown"] = [r.chunk.pk for r in shown]
                         outcome, step.usage = facts_extract(
-                            question, [_chunk_passage(r) for r in new], facts, llm=run.llm
+                            question, [_chunk_passage(r) for r in shown], facts, llm=run.llm
                         )
                     except LLMError as exc:
                         run.llm_failed(stage, exc, step)
@@ -302,9 +393,24 @@ class WalkingRAG(Stage):
                     "queries_added": added,
                     "stop_reason": stop_reason or None,
                 }
-        with_facts = run.llm is not None
+        config = run.spec.of(WalkConfig)
+        hops: dict[str, int | None] = {}
+        if facts and config.walk_entity_hop and stop_reason != "stopped":
+            with run.step("walk.hop") as step:
+                entities = bridge_entities(question, facts, limit=config.walk_entity_hop)
+                hops = entity_hop(run, entities, seen)
+                step.summary = {"entities": entities, "chunks_read": {e: c for e, c in hops.items()}}
+        from_chunks = config.walk_answer_from == "chunks"
+        with_facts = run.llm is not None and not from_chunks
         with run.step("walk") as step:
-            passages = answer_passages(facts, seen, with_facts=with_facts, excluded=frozenset(excluded))
+            passages = answer_passages(
+                facts,
+                seen,
+                with_facts=with_facts,
+                excluded=frozenset(excluded),
+                hops=tuple(c for c in hops.values() if c is not None),
+                fill=k if from_chunks else 0,
+            )
             step.summary = {
                 "rounds": rounds,
                 "stop_reason": stop_reason,
@@ -312,6 +418,7 @@ class WalkingRAG(Stage):
                 "facts": [f.as_dict() for f in facts],
                 "chunks_read": list(seen),
                 "passages_from": ("facts" if with_facts else "fact chunks") if facts else "chunks read",
+                "entity_hop": hops,
                 "passages": [{"chunk_id": p.anchor.pk, "chunks": p.chunks} for p in passages],
                 "spent_ms": round((time.perf_counter() - started) * 1000, 2),
                 "spent_usd": round(run.usage.cost_usd, 6),

@@ -47,15 +47,17 @@ def chunk_of(tenant, external_id):
     return Chunk.objects.for_tenant(tenant).get(version__document__external_id=external_id, version__is_current=True)
 
 
-def walk(tenant, llm, *, rounds=3, k=1, trace=False, **kwargs):
-    """A WalkingRAG answer to ``QUESTION`` reading ``k`` chunks per query, at most ``rounds`` rounds."""
+def walk(tenant, llm, *, rounds=3, k=1, trace=False, overrides=None, **kwargs):
+    """A WalkingRAG answer to ``QUESTION`` reading ``k`` chunks per query, at most ``rounds`` rounds,
+    written from the facts, without the entity hop (unless ``overrides`` says otherwise)."""
+    overrides = overrides or {}
     return pipeline_answer(
         tenant=tenant,
         question=QUESTION,
         pipeline="walkingrag",
         llm=llm,
         k=k,
-        overrides={"walk_max_rounds": rounds},
+        overrides={"walk_max_rounds": rounds, "walk_answer_from": "facts", "walk_entity_hop": 0, **overrides},
         trace=trace,
         **kwargs,
     )
@@ -327,7 +329,7 @@ def test_the_real_local_llm_walks_one_round_and_answers_with_citations_to_chunks
     )
 
     trace = Trace.objects.get(pk=run.trace_id)
-    stages = list(trace.steps.order_by("order").values_list("stage", flat=True))
+    stages = [s for s in trace.steps.order_by("order").values_list("stage", flat=True) if s != "walk.hop"]
     assert stages == ["scope", "walk.round1", "walk", "generate"]
     round1 = trace.steps.get(stage="walk.round1")
     # The LLM's output is in the trace: its facts and queries, or its malformed reply next to the error.
