@@ -363,7 +363,7 @@ class WalkingRAG(Stage):
                 summary["stop_reason"] = stop_reason or None
             queries, origins = next_queries, {q: "facts" for q in next_queries}
             led_by = [f.id for f in round_facts if f.id is not None]
-            if recorder is None or stop_reason in ("llm_failed", "budget"):
+            if recorder is None or stop_reason == "llm_failed":
                 continue
             steering = recorder.checkpoint(round=rounds, facts=facts, next_queries=queries, stop_reason=stop_reason)
             if steering is None:
@@ -381,8 +381,10 @@ class WalkingRAG(Stage):
                 queries, origins = steering.queries, steering.origins
                 if steering.stop:
                     stop_reason = "stopped"
-                elif queries and stop_reason in ("sufficient", "no_new_facts", "no_new_queries", "no_new_chunks"):
-                    stop_reason = ""  # a person named somewhere to look: the walk goes on
+                elif any(steering.origins.get(q) == "person" for q in queries) or (
+                    queries and stop_reason in ("sufficient", "no_new_facts", "no_new_queries", "no_new_chunks")
+                ):
+                    stop_reason = ""  # a person named somewhere to look (or kept the walk's queries): it goes on
                 elif not queries and not stop_reason:
                     stop_reason = "no_new_queries"
                 step.summary = {

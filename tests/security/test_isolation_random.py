@@ -28,6 +28,7 @@ import io
 import json
 import os
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -50,9 +51,12 @@ from people.models import Conversation, Feedback
 from quality.models import ConfigChange
 from retrieval.filters import RetrievalFilter
 from retrieval.models import Trace
+from retrieval.pipeline import pipeline_answer
+from retrieval.walks.models import Walk
 from tests.acl_world import markers, tenant_world
 from tests.api.conftest import client_for
 from tests.knowledge.web_site import WebSite
+from tests.retrieval.doubles import ScriptedLLM
 
 QUESTIONS = [
     "bicycle tyre puncture patch glue",
@@ -97,6 +101,14 @@ def _side_doors(worlds, data_dir: Path) -> dict:
     return {"folders": folders, "caches": caches, "urls": urls, "site": site}
 
 
+def _facts_of_every_passage(messages) -> dict:
+    """A walk's fact extraction that keeps one fact per passage, naming its title (and so its
+    document's marker word): a fact that leaks shows its document."""
+    titles = re.findall(r'<passage n="(\d+)" title="([^"]*)"', messages[-1]["content"])
+    facts = [{"fact": f"{title} says to patch the tube", "relevance": "", "passage": int(n)} for n, title in titles]
+    return {"facts": facts, "sufficient": True, "missing": []}
+
+
 @pytest.fixture
 def worlds(db, tmp_path):
     """Both tenants, with conversations, traces, feedback and a job of the users who may see most."""
@@ -123,6 +135,18 @@ def worlds(db, tmp_path):
                 client_for(world.users[who]).post(
                     f"/api/v1/traces/{body['trace_id']}/feedback/", {"rating": "up", "citation": 1}, format="json"
                 )
+        # The owner (who reads every document) walks once: facts from every document, kept as memory,
+        # and a walk only its asker may read or steer.
+        pipeline_answer(
+            tenant=world.tenant,
+            question=QUESTIONS[0],
+            pipeline="walkingrag",
+            llm=ScriptedLLM(structured_reply=_facts_of_every_passage, chat_reply="Patch the tube [1]."),
+            k=3,
+            user=world.users["owner"],
+            overrides={"walk_entity_hop": 0},
+        )
+        Walk.objects.filter(tenant=world.tenant).update(steered=True)
         IngestionJob.objects.create(
             tenant=world.tenant, source=world.sources["board"], file_name="board.md", stored_path="/nonexistent"
         )
@@ -206,6 +230,7 @@ def object_ids(worlds):
         "document": [d.pk for w in worlds.values() for d in w.documents.values()],
         "source": sorted({name for w in worlds.values() for name in w.sources}),
         "change": list(ConfigChange.objects.values_list("pk", flat=True)),
+        "walk": list(Walk.objects.values_list("pk", flat=True)),
         "tenant": sorted(worlds),
         "side_doors": getattr(worlds["acme"], "side_doors", {}),
     }
@@ -298,6 +323,14 @@ def api_probes(p: Probe, ids: dict) -> list:
         body = {"question": rng.choice(QUESTIONS), "extractive": True, "conversation": pk}
         probes.append((f"POST ask in conversation {pk}", lambda b=body: api.post("/api/v1/ask/", b, format="json")))
     probes.append(("GET conversations", lambda: api.get("/api/v1/conversations/")))
+    probes.append(("GET facts", lambda: api.get("/api/v1/facts/?limit=100")))
+    facts_query = {"q": rng.choice(QUESTIONS), "limit": 100}
+    probes.append((f"GET facts {facts_query}", lambda: api.get("/api/v1/facts/", facts_query)))
+    for pk in ids["walk"]:
+        probes.append((f"GET walk {pk}", lambda pk=pk: api.get(f"/api/v1/walks/{pk}/")))
+        probes.append(
+            (f"PATCH walk {pk}", lambda pk=pk: api.patch(f"/api/v1/walks/{pk}/", {"question": "mine?"}, format="json"))
+        )
     for pk in ids["trace"]:
         probes.append((f"GET trace {pk}", lambda pk=pk: api.get(f"/api/v1/traces/{pk}/")))
         body = {"rating": rng.choice(["up", "down"]), "citation": rng.choice([None, 1, 2])}
@@ -366,11 +399,26 @@ def portal_probes(p: Probe, ids: dict) -> list:
         ("portal sources", lambda: portal.get(reverse("portal:sources"))),
         ("portal conversations", lambda: portal.get(reverse("portal:conversations"))),
         ("portal profile", lambda: portal.get(reverse("portal:profile"))),
+        ("portal walks", lambda: portal.get(reverse("portal:walks"))),
         ("portal ask", lambda: portal.post(reverse("portal:ask"), {"question": rng.choice(QUESTIONS)})),
         ("portal ask stream", lambda: portal.post(reverse("portal:ask-stream"), {"question": rng.choice(QUESTIONS)})),
     ]
     for pk in ids["document"]:
         probes.append((f"portal document {pk}", lambda pk=pk: portal.get(reverse("portal:document", args=[pk]))))
+    for pk in ids["walk"]:
+        probes.append((f"portal walk {pk}", lambda pk=pk: portal.get(reverse("portal:walk", args=[pk]))))
+        probes.append(
+            (
+                f"htmx walk state {pk}",
+                lambda pk=pk: portal.get(reverse("portal:walk-state", args=[pk]), HTTP_HX_REQUEST="true"),
+            )
+        )
+        probes.append(
+            (
+                f"portal steer walk {pk}",
+                lambda pk=pk: portal.post(reverse("portal:walk-steer", args=[pk]), {"action": "stop"}),
+            )
+        )
     for pk in ids["conversation"]:
         probes.append(
             (f"portal conversation {pk}", lambda pk=pk: portal.get(f"{reverse('portal:ask')}?conversation={pk}"))
