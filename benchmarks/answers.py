@@ -419,7 +419,7 @@ def main() -> None:
         help="grade these rows' answers with the LLM judge (no ROW: every LLM row)",
     )
     parser.add_argument(
-        "--overrides", default=None, help='JSON settings for every product row, e.g. \'{"memory_weight": 0.3}\''
+        "--overrides", default=None, help="JSON settings for every product row, e.g. '{\"memory_weight\": 0.3}'"
     )
     parser.add_argument(
         "--facts-clear",

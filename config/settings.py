@@ -335,6 +335,10 @@ if KB_NEAR_DUPLICATE_THRESHOLD > 1:
 # retrieval_config["enrichment"]; retrieval_config["enrichment_weight"] weighs the field.
 KB_ENRICHMENT = env_bool("KB_ENRICHMENT", False)
 KB_ENRICHMENT_QUESTIONS = env_int("KB_ENRICHMENT_QUESTIONS", 3, minimum=0)
+# Named entities (spaCy's en_core_web_sm) in the same field, when enrichment runs; per tenant
+# retrieval_config["enrichment_entities"]. Off by measurement (benchmarks/enrichment_quality.py,
+# docs/enrichment.md: a question or a document per set, for twice the keyphrases' cost).
+KB_ENRICHMENT_ENTITIES = env_bool("KB_ENRICHMENT_ENTITIES", False)
 # Per-document summaries (knowledge.summaries, docs/summaries.md): written after each ingestion (a
 # Celery task) as one summary chunk per version; "auto" uses the LLM when one is configured, else
 # the extractive summary. A tenant may override it with retrieval_config["summaries"].

@@ -190,7 +190,13 @@ class ChunkAdmin(ReadOnlyAdminMixin, TenantScopedAdmin):
     list_select_related = ["version__document", "tenant"]
     search_fields = ["text", "heading", "version__document__title", "version__document__external_id"]
     exclude = ["embedding"]
-    readonly_fields = ["portal_link", "enrichment_keyphrases", "enrichment_questions", "enrichment_method"]
+    readonly_fields = [
+        "portal_link",
+        "enrichment_keyphrases",
+        "enrichment_questions",
+        "enrichment_entities",
+        "enrichment_method",
+    ]
 
     def has_delete_permission(self, request, obj=None):
         return False  # chunks are rebuilt by ingestion, never edited by hand
@@ -214,6 +220,15 @@ class ChunkAdmin(ReadOnlyAdminMixin, TenantScopedAdmin):
         if enrichment.questions_error:
             return f"(none: {enrichment.questions_error})"
         return format_html_join("", "<div>{}</div>", ((q,) for q in enrichment.questions)) or "(none)"
+
+    @admin.display(description="entities")
+    def enrichment_entities(self, obj):
+        enrichment = self._enrichment(obj)
+        if enrichment is None:
+            return "(not enriched)"
+        if enrichment.entities_error:
+            return f"(none: {enrichment.entities_error})"
+        return "; ".join(enrichment.entities) or "(none)"
 
     @admin.display(description="enrichment")
     def enrichment_method(self, obj):

@@ -4,7 +4,8 @@ Stored in ``Tenant.retrieval_config`` beside the retrieval settings (one JSON ob
 validated as a whole by ``retrieval.schema``), but read here, by ingestion: ``IngestionSettings``
 is this part's schema (field metadata: allowed values and a one-line description, printed in
 ``docs/configuration.md``); ``ingestion_setting`` reads one of a tenant's values, checked, and
-``enrichment_on``, ``summary_method`` and ``jaccard_threshold`` apply the deployment defaults.
+``enrichment_on``, ``enrichment_entities_on``, ``summary_method`` and ``jaccard_threshold`` apply
+the deployment defaults.
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ class IngestionSettings:
     enrichment: bool | None = setting(
         None, switch=True, doc="enrich chunks with an LLM after ingestion (unset: `KB_ENRICHMENT`)"
     )
+    enrichment_entities: bool | None = setting(
+        None,
+        switch=True,
+        doc="add the chunks' named entities (spaCy) to their enrichment (unset: `KB_ENRICHMENT_ENTITIES`)",
+    )
     summaries: str | None = setting(
         None, choices=SUMMARY_METHODS, doc="how per-document summaries are written (unset: `KB_SUMMARIES`)"
     )
@@ -49,6 +55,13 @@ def enrichment_on(tenant) -> bool:
     """Whether ``tenant``'s chunks are enriched: its ``enrichment`` setting, else ``KB_ENRICHMENT``."""
     value = ingestion_setting(tenant, "enrichment")
     return settings.KB_ENRICHMENT if value is None else value
+
+
+def enrichment_entities_on(tenant) -> bool:
+    """Whether ``tenant``'s enrichment extracts named entities: its ``enrichment_entities``
+    setting, else ``KB_ENRICHMENT_ENTITIES``."""
+    value = ingestion_setting(tenant, "enrichment_entities")
+    return settings.KB_ENRICHMENT_ENTITIES if value is None else value
 
 
 def summary_method(tenant) -> str:

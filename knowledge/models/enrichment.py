@@ -1,4 +1,4 @@
-"""Enrichment records: a chunk's keyphrases and questions, and the BM25 index of that field.
+"""Enrichment records: a chunk's keyphrases, questions and entities, and the BM25 index of that field.
 
 Imported by ``knowledge.models`` (so they belong to the ``knowledge`` app; migration
 ``0013_enrichment``). ``ChunkEnrichment`` is one row per enriched chunk; ``EnrichmentPosting``
@@ -18,12 +18,13 @@ from core.tenancy import TenantScopedQuerySet
 
 
 class ChunkEnrichment(models.Model):
-    """The enrichment field of one chunk: ``keyphrases`` and ``questions`` (lists of strings).
+    """The enrichment field of one chunk: ``keyphrases``, ``questions`` and ``entities`` (lists of strings).
 
-    ``method`` says what produced them (``"yake"``, or ``"yake+llm:<model>"`` with questions);
-    ``questions_error`` records why an LLM was configured but gave no questions (the chunk then
-    keeps its keyphrases only). ``term_count`` is the field's length in lexemes (English
-    analysis of keyphrases and questions), BM25's field length.
+    ``method`` says what produced them (``"yake"``, ``"+ner"`` with entities, ``"+llm:<model>"``
+    with questions: ``"yake+ner+llm:<model>"``); ``questions_error`` records why an LLM was
+    configured but gave no questions, ``entities_error`` why entities were asked for but could not
+    be extracted (the chunk then keeps the rest). ``term_count`` is the field's length in lexemes
+    (English analysis of keyphrases, questions and entities), BM25's field length.
     """
 
     # The foreign key (ON DELETE CASCADE) is created by the migration: the database removes the
@@ -40,6 +41,10 @@ class ChunkEnrichment(models.Model):
     questions = models.JSONField(default=list, blank=True)
     method = models.CharField(max_length=200)
     questions_error = models.CharField(max_length=500, blank=True)
+    # Named entities (spaCy's small English pipeline, ``knowledge.enrichment.entities``) when the
+    # tenant's ``enrichment_entities`` switch is on.
+    entities = models.JSONField(default=list, blank=True)
+    entities_error = models.CharField(max_length=500, blank=True)
     term_count = models.IntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -59,13 +64,13 @@ class ChunkEnrichment(models.Model):
 
     @property
     def field_text(self) -> str:
-        """The text indexed as the enrichment field: keyphrases, then questions, one per line."""
-        return field_text(self.keyphrases, self.questions)
+        """The text indexed as the enrichment field: keyphrases, questions, then entities, one per line."""
+        return field_text(self.keyphrases, self.questions, self.entities)
 
 
-def field_text(keyphrases: list[str], questions: list[str]) -> str:
-    """The enrichment field's text: keyphrases then questions, one per line."""
-    return "\n".join([*keyphrases, *questions])
+def field_text(keyphrases: list[str], questions: list[str], entities: list[str] = ()) -> str:
+    """The enrichment field's text: keyphrases, questions, then entities, one per line."""
+    return "\n".join([*keyphrases, *questions, *entities])
 
 
 class EnrichmentPosting(models.Model):

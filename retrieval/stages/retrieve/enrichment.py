@@ -1,4 +1,4 @@
-"""BM25 over the chunks' enrichment field (keyphrases and questions), added down-weighted to the body's.
+"""BM25 over the chunks' enrichment field (keyphrases, questions, entities), added down-weighted to the body's.
 
 The field (``knowledge.enrichment``) has its own postings and statistics (document frequency, N
 and average length over the tenant's enriched chunks, current or not), so its Okapi BM25 (same
