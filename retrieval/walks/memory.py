@@ -35,15 +35,26 @@ RRF_K = 60  # reciprocal rank fusion constant (Cormack et al., SIGIR 2009)
 MAX_FACT_CHARS = 400
 
 
-def _entities_linked(text: str, chunk) -> list[str]:
-    """The chunk's named entities (its enrichment's ``entities``) that ``text`` names (LLM-free)."""
-    enrichment = getattr(chunk, "enrichment", None) if hasattr(chunk, "enrichment") else None
-    entities = list(getattr(enrichment, "entities", None) or [])
-    if not entities:
-        return []
-    from knowledge.enrichment.entities import entities_in
+def _entities_linked(texts: list[str], chunks: list) -> list[list[str]]:
+    """Per fact text, the named entities it names (LLM-free): those of its chunk's enrichment
+    (``entities``, when the tenant extracts them) that the text names, else the entities the NER
+    model finds in the text itself; ``[]`` each when the model is not installed."""
+    from knowledge.enrichment.entities import EntitiesUnavailable, entities_extract, entities_in
 
-    return entities_in(text, entities)
+    linked: list[list[str] | None] = []
+    for text, chunk in zip(texts, chunks, strict=True):
+        enrichment = getattr(chunk, "enrichment", None) if chunk is not None else None
+        known = list(getattr(enrichment, "entities", None) or [])
+        linked.append(entities_in(text, known) if known else None)
+    missing = [i for i, found in enumerate(linked) if found is None]
+    if missing:
+        try:
+            extracted = entities_extract([texts[i] for i in missing])
+        except EntitiesUnavailable:
+            extracted = [[] for _ in missing]
+        for i, entities in zip(missing, extracted, strict=True):
+            linked[i] = entities
+    return [found or [] for found in linked]
 
 
 def _embed(texts: list[str], embedder: str) -> list | None:
@@ -77,6 +88,7 @@ def facts_keep(*, walk: Walk, facts: list, round: int, next_sources: list[str]) 
     kept = [f for f in facts if f.chunk_id in chunks]
     embedder = walk.tenant.embedder
     vectors = _embed([f.text for f in kept], embedder)
+    entities = _entities_linked([f.text for f in kept], [chunks[f.chunk_id] for f in kept])
     rows = []
     for i, fact in enumerate(kept):
         chunk = chunks[fact.chunk_id]
@@ -90,7 +102,7 @@ def facts_keep(*, walk: Walk, facts: list, round: int, next_sources: list[str]) 
                 text=fact.text[:MAX_FACT_CHARS],
                 relevance=fact.relevance,
                 next_sources=list(next_sources),
-                entities=_entities_linked(fact.text, chunk),
+                entities=entities[i],
                 embedder=embedder if vectors is not None else "",
                 embedding=vectors[i] if vectors is not None else None,
             )
@@ -132,8 +144,7 @@ def fact_correct(*, fact: Fact, text: str) -> Fact:
     fact.embedder = fact.tenant.embedder if vectors is not None else ""
     fact.embedding = vectors[0] if vectors is not None else None
     chunk = Chunk.objects.for_tenant(fact.tenant_id).select_related("enrichment").filter(pk=fact.chunk_id).first()
-    if chunk is not None:
-        fact.entities = _entities_linked(text, chunk)
+    fact.entities = _entities_linked([text], [chunk])[0]
     fact.save(update_fields=["text", "corrected", "embedder", "embedding", "entities"])
     return fact
 

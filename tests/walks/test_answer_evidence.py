@@ -65,3 +65,23 @@ def test_an_entity_whose_best_chunk_was_read_already_adds_nothing(kaisers):
     hop = next(s for s in run.steps if s.stage == "walk.hop").summary
     assert hop["chunks_read"] == {"Henry J. Kaiser": None}
     assert len(run.passages) == 2
+
+
+def test_a_kept_fact_is_linked_to_the_entities_it_names_and_the_graph_draws_them(kaisers):
+    from retrieval.pipeline import retrieval_filter
+    from retrieval.walks.graph import document_graph, graph_svg
+    from retrieval.walks.models import Fact
+
+    llm = ScriptedLLM(
+        structured_reply=reply(("Edgar Kaiser Sr. was the son of Henry J. Kaiser.", 1), sufficient=True),
+        chat_reply="Kaiser Aluminum [2]",
+    )
+    pipeline_answer(tenant=kaisers, question=BRIDGE_QUESTION, pipeline="walkingrag", llm=llm, k=1)
+    fact = Fact.objects.get(tenant=kaisers)
+    assert fact.entities == ["Edgar Kaiser Sr.", "Henry J. Kaiser"]
+    edgar = chunk_of(kaisers, "people/edgar-kaiser").version.document
+    graph = document_graph(where=retrieval_filter(tenant=kaisers), document_id=edgar.pk)
+    entities = sorted(node["label"] for node in graph.nodes.values() if node["kind"] == "entity")
+    assert entities == ["Edgar Kaiser Sr.", "Henry J. Kaiser"]
+    assert sum(1 for _a, _b, relation in graph.edges if relation == "names") == 2
+    assert "Henry J. Kaiser" in graph_svg(graph)
