@@ -10,6 +10,7 @@ often end on, the commonest false starts and the facts found there (``walk_paths
 from __future__ import annotations
 
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 from django.urls import path
 
@@ -93,8 +94,6 @@ class FactAdmin(TenantScopedAdmin):
     def paths_view(self, request):
         """Where walks go, in the tenant (or one ``?document=``)."""
         if not self.has_view_permission(request):
-            from django.core.exceptions import PermissionDenied
-
             raise PermissionDenied
         tenant = admin_tenant(request)
         if tenant is UNSCOPED:

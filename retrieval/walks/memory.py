@@ -151,7 +151,8 @@ def fact_correct(*, fact: Fact, text: str) -> Fact:
 
 # ---- the memory retriever -------------------------------------------------------------------
 
-_LIVE = sql.SQL("f.tenant_id = %(filter_tenant)s AND f.retired_reason <> 'wrong'")
+# A fact the memory may serve: the tenant's, not marked wrong (its chunk's filter does the rest).
+LIVE_FACTS = sql.SQL("f.tenant_id = %(filter_tenant)s AND f.retired_reason <> 'wrong'")
 
 # BM25 over the tenant's live facts (k1 1.2, b 0.75): the query's lexemes, each fact's term
 # frequencies from its tsvector, document frequencies and average length over the live facts.
@@ -181,7 +182,7 @@ ORDER BY f.embedding <=> %(vector)s::vector, f.id LIMIT %(limit)s
 
 
 def _rows(query: str, params: dict, where: RetrievalFilter) -> list[tuple[int, int, float]]:
-    statement = sql.SQL(query).format(live=_LIVE, visible=where.chunk_condition("c"))
+    statement = sql.SQL(query).format(live=LIVE_FACTS, visible=where.chunk_condition("c"))
     with read_connection().cursor() as cursor:
         cursor.execute(statement, {**where.params(), **params})
         return [(row[0], row[1], float(row[2])) for row in cursor.fetchall()]

@@ -8,7 +8,7 @@ from psycopg import sql
 
 from core.replicas import read_connection
 from retrieval.filters import RetrievalFilter
-from retrieval.walks.memory import _LIVE, facts_search
+from retrieval.walks.memory import LIVE_FACTS, facts_search
 from retrieval.walks.models import Fact, Walk, WalkStep
 
 _VISIBLE_IDS = """
@@ -36,7 +36,7 @@ def facts_visible(
                 "AND f.version_id IN (SELECT id FROM knowledge_documentversion WHERE document_id = %(document)s)"
             )
             params["document"] = document_id
-        statement = sql.SQL(_VISIBLE_IDS).format(live=_LIVE, visible=where.chunk_condition("c"), document=document)
+        statement = sql.SQL(_VISIBLE_IDS).format(live=LIVE_FACTS, visible=where.chunk_condition("c"), document=document)
         with read_connection().cursor() as cursor:
             cursor.execute(statement, params)
             ids = [row[0] for row in cursor.fetchall()]
