@@ -487,8 +487,8 @@ def pipeline_answer(
     # A tenant with an LLM tokens limit is always traced: its traces are the meter.
     if (settings.KB_TRACING if trace is None else trace) or quota is not None:
         result.trace_id = _trace_write(tenant=tenant, user=user, result=result)
-        if state.walk is not None:
-            state.walk.traced(result.trace_id)
+    if state.walk is not None:  # a WalkingRAG walk ends once its trace is written
+        state.walk.finish(trace_id=result.trace_id)
     return result
 
 

@@ -6,7 +6,7 @@ go on (``checkpoint``): a steered walk pauses there after its ``pause_after`` ro
 person asked, waits (polling its row) until a person resumes or stops it, or until
 ``KB_WALK_PAUSE_TIMEOUT_S`` runs out (then it answers from what it has), and hands the stage the
 person's edits: the question, the facts still in use (removed ones dropped, corrected ones with
-their new text) and the next queries. ``answered`` stores the answer; ``traced`` links the trace.
+their new text) and the next queries. ``answered`` stores the answer; ``finish`` ends the walk once the run's trace is written.
 """
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ class WalkRecorder:
         )
 
     def answered(self, *, answer, stop_reason: str, degraded: bool) -> None:
-        """Store the walk's answer; the walk is ``stopped`` when a person stopped it, else ``done``."""
+        """Store the walk's answer and stop reason (the walk ends with ``finish``, once the run is done)."""
         walk = self.walk
         walk.answer = {
             "text": answer.text if answer is not None else "",
@@ -162,12 +162,16 @@ class WalkRecorder:
             "degraded": degraded,
         }
         walk.stop_reason = stop_reason
-        walk.status = "stopped" if stop_reason in ("stopped", "pause_timeout") else "done"
         walk.next_queries = []
-        walk.finished_at = timezone.now()
-        walk.save(update_fields=["answer", "stop_reason", "status", "next_queries", "finished_at", "updated_at"])
+        walk.save(update_fields=["answer", "stop_reason", "next_queries", "updated_at"])
 
-    def traced(self, trace_id: int) -> None:
-        """Link the walk and its facts to the run's trace ``trace_id``."""
-        Walk.objects.for_tenant(self.walk.tenant_id).filter(pk=self.walk.pk).update(trace_id=trace_id)
-        Fact.objects.for_tenant(self.walk.tenant_id).filter(walk_id=self.walk.pk).update(trace_id=trace_id)
+    def finish(self, *, trace_id: int | None = None) -> None:
+        """End the walk once its run is done (the trace written): ``stopped`` when a person stopped
+        it or its pause timed out, else ``done``; the walk and its facts linked to ``trace_id``."""
+        walk = self.walk
+        walk.status = "stopped" if walk.stop_reason == "stopped" else "done"
+        walk.finished_at = timezone.now()
+        walk.trace_id = trace_id
+        walk.save(update_fields=["status", "finished_at", "trace_id", "updated_at"])
+        if trace_id is not None:
+            Fact.objects.for_tenant(walk.tenant_id).filter(walk_id=walk.pk).update(trace_id=trace_id)
