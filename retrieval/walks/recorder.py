@@ -105,7 +105,10 @@ class WalkRecorder:
 
     def checkpoint(self, *, round: int, facts: list, next_queries: list[str], stop_reason: str) -> Steering | None:
         """After round ``round``: ``None`` to go on as the walk decided, or the ``Steering`` a
-        person left (after a pause, or a stop asked while it ran)."""
+        person left (after a pause, or a stop asked while it ran). An unsteered walk goes on
+        without reading its row: nobody can pause or stop it."""
+        if not self.walk.steered:
+            return None
         self.walk.refresh_from_db()
         if not self._should_pause(round):
             if self.walk.stop_requested:

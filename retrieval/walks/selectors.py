@@ -148,10 +148,11 @@ def walk_paths_summary(*, tenant_id: int, document_id: int | None = None, top: i
         )
     ends: Counter = Counter()
     last_round: dict[int, int] = {}
-    for walk_id, round_ in facts.values_list("walk_id", "round"):
+    rows = list(facts.values_list("walk_id", "round", "chunk_id"))
+    for walk_id, round_, _chunk_id in rows:
         if walk_id is not None:
             last_round[walk_id] = max(last_round.get(walk_id, 0), round_)
-    for walk_id, round_, chunk_id in facts.values_list("walk_id", "round", "chunk_id"):
+    for walk_id, round_, chunk_id in rows:
         if walk_id is not None and last_round.get(walk_id) == round_:
             ends[chunk_id] += 1
     false_starts: Counter = Counter()
