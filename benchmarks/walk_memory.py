@@ -1,8 +1,8 @@
 """Retrieval with the memory field (facts kept by walks) against without, on held-out questions.
 
 Usage: python benchmarks/walk_memory.py [--datasets hotpotqa rag4p bioasq] [--weights 0 0.3 0.6]
-       [--modes hybrid] [--walk [--llm-url URL] [--model qwen2.5-1.5b] [--limit N]]
-Prints JSON and writes benchmarks/results/walk_memory.json.
+       [--modes hybrid] [--walk [--llm-url URL] [--model qwen2.5-1.5b] [--limit N]] [--out FILE]
+Prints JSON and writes benchmarks/results/walk_memory.json (``--out`` another file).
 
 Each dataset's questions are split in two halves by position: the even ones build the memory, the
 odd ones are held out. The memory is the facts of the walks over the even questions only: facts of
@@ -84,6 +84,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="walk at most N questions per dataset")
     parser.add_argument("--llm-url", default=None)
     parser.add_argument("--model", default="qwen2.5-1.5b")
+    parser.add_argument("--out", default="benchmarks/results/walk_memory.json", help="the JSON file written")
     args = parser.parse_args()
     django_setup()
     from django.conf import settings
@@ -118,7 +119,7 @@ def main() -> None:
     finally:
         if server is not None:
             server.terminate()
-    out = ROOT / "benchmarks" / "results" / "walk_memory.json"
+    out = ROOT / args.out
     out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(results, indent=2))
 

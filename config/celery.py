@@ -5,7 +5,8 @@ With ``KB_EMBED_QUEUE`` set, the embedding task goes to that queue: start GPU wo
 
 Periodic tasks run under Celery beat: ``.venv/bin/celery -A config beat -l info`` (next to a
 worker, ``.venv/bin/celery -A config worker -l info``): trace retention, and the recovery of
-ingestion jobs whose worker died (their lease ran out), every ``KB_JOB_LEASE_S`` seconds.
+ingestion jobs and steered walks whose worker died (their lease ran out), every ``KB_JOB_LEASE_S``
+seconds.
 
 Each process that runs tasks sets OpenTelemetry up once (``core.telemetry``; its tasks become
 spans when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set): a prefork pool's child in
@@ -74,6 +75,11 @@ app.conf.beat_schedule = {
     # Re-queue ingestion jobs whose lease ran out (their worker was killed), once per lease.
     "ingestion-jobs-recover": {
         "task": "knowledge.tasks.ingestion_jobs_recover_task",
+        "schedule": float(settings.KB_JOB_LEASE_S),
+    },
+    # Launch again the steered walks whose process stopped (their lease ran out), once per lease.
+    "walks-recover": {
+        "task": "retrieval.tasks.walks_recover_task",
         "schedule": float(settings.KB_JOB_LEASE_S),
     },
     # Start the syncs of sources whose schedule (sync_every) is due; re-queue runs whose worker died.

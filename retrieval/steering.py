@@ -9,6 +9,13 @@ else in a thread of this process. The run is the WalkingRAG pipeline with a ``Wa
 question, facts removed or corrected, next queries added or removed) and resumes it
 (``walk_resume``) or stops it (``walk_stop``: it answers from what it has). A paused walk answers
 by itself after ``KB_WALK_PAUSE_TIMEOUT_S``. A walk is its asker's: nobody else reads or steers it.
+
+The process running a walk holds a lease on it (``knowledge.services.leases``: claimed with one
+conditional UPDATE, renewed from a thread every third of ``KB_JOB_LEASE_S``, also while the walk
+waits paused). A process that stops (killed, restarted, deployed over) stops renewing;
+``walks_recover`` (Celery beat with a broker, and whenever the asker reads the walk) launches a
+walk whose lease ran out again, and it goes on from its last recorded round
+(``WalkRecorder.resumed``), still paused if it was, its pause deadline unchanged.
 """
 
 from __future__ import annotations
@@ -16,24 +23,31 @@ from __future__ import annotations
 import contextvars
 import logging
 import threading
+import uuid
+from datetime import timedelta
+from functools import partial
 
 from django.conf import settings
 from django.db import connections, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from core.errors import Conflict, InvalidInput, NotFound
 from core.queue import task_send
 from core.rls import tenant_context
+from knowledge.services.leases import LeaseHeartbeat
+from knowledge.services.uploads import worker_id_default
 from retrieval import task_names
 from retrieval.config import MAX_QUERY_CHARS
 from retrieval.walks.memory import fact_correct, walk_facts_retire
 from retrieval.walks.models import Fact, Walk
-from retrieval.walks.recorder import WalkRecorder
+from retrieval.walks.recorder import WalkRecorder, WalkTakenOver
 
 logger = logging.getLogger(__name__)
 
 MAX_PAUSE_AFTER = 10
 MAX_NEXT_QUERIES = 10
+LIVE_STATUSES = ("running", "paused")  # a walk a process runs or should run
 
 
 def _question_clean(question: str) -> str:
@@ -50,6 +64,8 @@ def walk_get(*, tenant, user, walk_id: int) -> Walk:
     walk = Walk.objects.for_tenant(tenant).filter(pk=walk_id, user=user, steered=True).first()
     if walk is None:
         raise NotFound(f"No walk {walk_id}.")
+    if _stale(walk):  # its process stopped: take it over (reading it is enough, with or without beat)
+        walks_recover(tenant_id=walk.tenant_id, walk_ids=[walk.pk])
     return walk
 
 
@@ -64,7 +80,15 @@ def walk_start(*, tenant, user, question: str, pause_after: int | None = None, k
     if not 1 <= k <= 20:
         raise InvalidInput("k must be between 1 and 20.")
     walk = Walk.objects.create(
-        tenant=tenant, user=user, question=question, pause_after=pause_after, k=k, steered=True, status="running"
+        tenant=tenant,
+        user=user,
+        question=question,
+        pause_after=pause_after,
+        k=k,
+        steered=True,
+        status="running",
+        # Until a process claims it: a walk whose launch was lost is launched again once this runs out.
+        lease_expires_at=timezone.now() + timedelta(seconds=settings.KB_JOB_LEASE_S),
     )
     transaction.on_commit(lambda: _launch(walk.pk, walk.tenant_id))
     return walk
@@ -86,35 +110,94 @@ def _launch(walk_id: int, tenant_id: int) -> None:
     threading.Thread(target=context.run, args=(run,), name=f"walk-{walk_id}", daemon=True).start()
 
 
-def walk_execute(*, walk_id: int, tenant_id: int | None = None, llm=None) -> Walk:
+def walk_execute(*, walk_id: int, tenant_id: int | None = None, llm=None, worker_id: str | None = None) -> Walk:
     """Run steered walk ``walk_id`` to its answer here (the task's and the thread's body).
 
-    Binds the walk's tenant (row-level security), answers through the WalkingRAG pipeline with
-    the walk's recorder (``llm``: an ``LLMClient``; default the configured one). A run that
-    raises leaves the walk ``failed`` with the error; the exception is logged, not raised."""
+    Claims the walk's lease first (``worker_id``: default this process and thread); a walk that
+    ended, or that another live process holds, is left alone and returned as it is. Binds the
+    walk's tenant (row-level security), answers through the WalkingRAG pipeline with the walk's
+    recorder (``llm``: an ``LLMClient``; default the configured one), going on from its last
+    round when an earlier process stopped mid-walk. A run that raises leaves the walk ``failed``
+    with the error; the exception is logged, not raised."""
     if tenant_id is None:
         tenant_id = Walk.objects.values_list("tenant_id", flat=True).get(pk=walk_id)
     from retrieval.pipeline import CONFIGURED, pipeline_answer
 
+    worker_id = worker_id or f"{worker_id_default()}/{uuid.uuid4().hex[:8]}"
     with tenant_context(tenant_id):
+        if not _claim(walk_id, tenant_id, worker_id):
+            return Walk.objects.for_tenant(tenant_id).get(pk=walk_id)
         walk = Walk.objects.for_tenant(tenant_id).select_related("tenant", "user").get(pk=walk_id)
-        try:
-            pipeline_answer(
-                tenant=walk.tenant,
-                question=walk.question,
-                pipeline="walkingrag",
-                user=walk.user,
-                k=walk.k,
-                llm=CONFIGURED if llm is None else llm,
-                walk=WalkRecorder(walk),
-            )
-        except Exception as exc:
-            logger.exception("Walk %s failed", walk_id)
-            Walk.objects.for_tenant(tenant_id).filter(pk=walk_id).update(
-                status="failed", error=str(exc)[:2000], finished_at=timezone.now(), updated_at=timezone.now()
-            )
+        with LeaseHeartbeat(
+            Walk, walk_id, worker_id, statuses=LIVE_STATUSES, around=partial(tenant_context, tenant_id)
+        ):
+            try:
+                pipeline_answer(
+                    tenant=walk.tenant,
+                    question=walk.question,
+                    pipeline="walkingrag",
+                    user=walk.user,
+                    k=walk.k,
+                    llm=CONFIGURED if llm is None else llm,
+                    walk=WalkRecorder(walk, worker_id=worker_id),
+                )
+            except WalkTakenOver:
+                logger.warning("Walk %s was taken over by another process; this run ends", walk_id)
+            except Exception as exc:
+                logger.exception("Walk %s failed", walk_id)
+                Walk.objects.for_tenant(tenant_id).filter(pk=walk_id, worker_id=worker_id).update(
+                    status="failed", error=str(exc)[:2000], finished_at=timezone.now(), updated_at=timezone.now()
+                )
         walk.refresh_from_db()
     return walk
+
+
+def _claimable(now) -> Q:
+    """A live walk nobody runs: never claimed (or handed over for a relaunch), or its lease ran out."""
+    return Q(status__in=LIVE_STATUSES) & (Q(worker_id="") | Q(lease_expires_at__lt=now))
+
+
+def _claim(walk_id: int, tenant_id: int, worker_id: str) -> bool:
+    """Take the walk's lease for ``worker_id`` with one conditional UPDATE; whether it got it."""
+    now = timezone.now()
+    return bool(
+        Walk.objects.for_tenant(tenant_id)
+        .filter(_claimable(now), pk=walk_id)
+        .update(worker_id=worker_id, lease_expires_at=now + timedelta(seconds=settings.KB_JOB_LEASE_S))
+    )
+
+
+def _stale(walk: Walk) -> bool:
+    """A live walk whose process stopped renewing its lease."""
+    expires = walk.lease_expires_at
+    return walk.status in LIVE_STATUSES and expires is not None and expires < timezone.now()
+
+
+def walks_recover(*, tenant_id: int | None = None, walk_ids: list[int] | None = None, limit: int = 100) -> list[int]:
+    """Launch again the steered walks whose lease ran out (their process stopped); their ids.
+
+    Each is handed over with a conditional UPDATE (worker cleared, the lease held for the
+    relaunch, so two recoveries never launch one walk twice in a lease period) and launched once
+    committed; the new run claims it and goes on from its last round (module docstring).
+    ``tenant_id``: only that tenant's walks (else every tenant's: the Celery beat sweep, run as
+    the owner); ``walk_ids``: only those.
+    """
+    now = timezone.now()
+    stale = Walk.objects.filter(steered=True, status__in=LIVE_STATUSES, lease_expires_at__lt=now)
+    if tenant_id is not None:
+        stale = stale.for_tenant(tenant_id)
+    if walk_ids is not None:
+        stale = stale.filter(pk__in=walk_ids)
+    recovered = []
+    for walk_id, walk_tenant in stale.order_by("lease_expires_at").values_list("pk", "tenant_id")[:limit]:
+        with transaction.atomic():
+            held = now + timedelta(seconds=settings.KB_JOB_LEASE_S)
+            if stale.filter(pk=walk_id).update(worker_id="", lease_expires_at=held):
+                recovered.append(walk_id)
+                transaction.on_commit(partial(_launch, walk_id, walk_tenant))
+    if recovered:
+        logger.warning("Walks whose process stopped, launched again: %s", recovered)
+    return recovered
 
 
 def _locked(walk: Walk) -> Walk:

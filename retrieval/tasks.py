@@ -25,3 +25,13 @@ def walk_run_task(walk_id: int) -> str:
     from retrieval.steering import walk_execute
 
     return walk_execute(walk_id=walk_id).status
+
+
+@shared_task(time_limit=300, soft_time_limit=270)
+def walks_recover_task() -> list[int]:
+    """Launch again the steered walks whose process stopped (``retrieval.steering.walks_recover``);
+    their ids. Run by beat every ``KB_JOB_LEASE_S``: a sweep over every tenant, run as the owner
+    (the task's ``rls_bypass``), like the other recovery sweeps (``docs/rls.md``)."""
+    from retrieval.steering import walks_recover
+
+    return walks_recover()

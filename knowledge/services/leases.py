@@ -10,6 +10,7 @@ taken over.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from datetime import timedelta
@@ -43,20 +44,34 @@ def lease_claim(model: type[models.Model], pk: int, worker_id: str) -> bool:
     )
 
 
-def lease_held(model: type[models.Model], pk: int, worker_id: str) -> models.QuerySet:
-    """The row ``pk`` while ``worker_id`` still runs it (empty once another worker took it over)."""
-    return model.objects.filter(pk=pk, worker_id=worker_id, status="running")
+def lease_held(
+    model: type[models.Model], pk: int, worker_id: str, statuses: tuple[str, ...] = ("running",)
+) -> models.QuerySet:
+    """The row ``pk`` while ``worker_id`` still runs it (empty once another worker took it over, or
+    once its status left ``statuses``)."""
+    return model.objects.filter(pk=pk, worker_id=worker_id, status__in=statuses)
 
 
 class LeaseHeartbeat:
     """Renews a row's lease every third of ``KB_JOB_LEASE_S`` from a thread while the work runs.
 
     Use as a context manager around the work. The thread uses its own database connection,
-    closed when it stops.
+    closed when it stops. ``statuses``: the row's statuses in which the lease is renewed (a walk
+    holds its lease while ``running`` and while ``paused``). ``around``: a context manager
+    factory each renewal runs in (e.g. binding the row's tenant for row-level security).
     """
 
-    def __init__(self, model: type[models.Model], pk: int, worker_id: str):
+    def __init__(
+        self,
+        model: type[models.Model],
+        pk: int,
+        worker_id: str,
+        *,
+        statuses: tuple[str, ...] = ("running",),
+        around=contextlib.nullcontext,
+    ):
         self.model, self.pk, self.worker_id = model, pk, worker_id
+        self.statuses, self.around = statuses, around
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"{model._meta.model_name}-{pk}-lease", daemon=True)
 
@@ -73,9 +88,10 @@ class LeaseHeartbeat:
         try:
             while not self._stop.wait(lease / 3):
                 try:
-                    lease_held(self.model, self.pk, self.worker_id).update(
-                        lease_expires_at=timezone.now() + timedelta(seconds=lease)
-                    )
+                    with self.around():
+                        lease_held(self.model, self.pk, self.worker_id, self.statuses).update(
+                            lease_expires_at=timezone.now() + timedelta(seconds=lease)
+                        )
                 except DatabaseError:  # the main thread meets the same trouble and retries
                     logger.warning("Could not renew the lease of %s %s", self.model.__name__, self.pk, exc_info=True)
         finally:

@@ -39,19 +39,21 @@ have stopped.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.conf import settings
 
 from core.schema import setting
 from llm import LLMError
 from retrieval.stages.base import Stage, ranking_run
+from retrieval.stages.fetch import chunks_load
 from retrieval.stages.fuse import candidates_fuse, results_fetch
 from retrieval.stages.generate import Generate
 from retrieval.stages.generate.walking import Fact, facts_extract
 from retrieval.stages.retrieve.candidates import candidates_retrieve
 from retrieval.types import Passage, QueryPlan, SearchResult
 from retrieval.walks.recorder import WalkRecorder
+from retrieval.walks.selectors import chunks_visible
 
 MAX_PASSAGES = 20  # passages the final answer is written from
 
@@ -62,7 +64,7 @@ class WalkConfig:
 
     walk_max_rounds: int = setting(3, range=(1, 10), integer=True, doc="WalkingRAG: rounds of retrieval at most")
     walk_facts_from: int = setting(
-        3,
+        2,
         range=(1, 20),
         integer=True,
         doc="WalkingRAG: chunks per query the LLM reads for facts each round (the best of the k read)",
@@ -78,6 +80,21 @@ class WalkConfig:
         integer=True,
         doc="WalkingRAG: bridge entities (named in facts, not in the question) searched once more, LLM-free",
     )
+
+
+@dataclass
+class WalkProgress:
+    """Where a walk stands between rounds: the question (a person may edit it), the facts in use,
+    the next round's queries and who named each (``question``, ``facts``, ``person``), the chunks
+    left out of the answer (every fact from them removed by a person) and why it stops (``""``:
+    it goes on)."""
+
+    question: str
+    queries: list[str]
+    origins: dict[str, str]
+    facts: list[Fact] = field(default_factory=list)
+    excluded: set[int] = field(default_factory=set)
+    stop_reason: str = ""
 
 
 def bridge_entities(question: str, facts: list[Fact], *, limit: int) -> list[str]:
@@ -260,44 +277,109 @@ class WalkingRAG(Stage):
             }
         return "no_llm"
 
+    def resume(self, run, walk: WalkProgress, resumed, seen: dict[int, SearchResult]) -> None:
+        """Go on from a walk whose process stopped (``WalkRecorder.resumed``): its chunks read
+        (still visible to the asker) back in ``seen``, its facts, next queries and stop reason
+        in ``walk``; a ``walk.resumed`` step says from where."""
+        chunks = chunks_load(tenant=run.tenant, chunk_ids=resumed.chunk_ids)
+        for rank, chunk_id in enumerate(resumed.chunk_ids, start=1):
+            if chunk_id in chunks:
+                seen[chunk_id] = SearchResult(chunk=chunks[chunk_id], score=0.0, rank=rank)
+        walk.facts = [
+            Fact(text=f.text, relevance=f.relevance, n=0, chunk_id=f.chunk_id, round=f.round, id=f.pk)
+            for f in resumed.facts
+            if f.chunk_id in seen
+        ]
+        walk.queries, walk.origins = resumed.queries, resumed.origins
+        walk.excluded = set(resumed.excluded)
+        walk.stop_reason = resumed.stop_reason
+        with run.step("walk.resumed") as step:
+            step.summary = {
+                "round": resumed.round,
+                "chunks_read": list(seen),
+                "facts": [f.as_dict() for f in walk.facts],
+                "queries": walk.queries,
+                "paused": resumed.paused,
+                "stop_reason": walk.stop_reason or None,
+            }
+
+    def steer(self, run, walk: WalkProgress, steering, rounds: int) -> None:
+        """Apply a person's ``Steering`` after round ``rounds`` to ``walk`` (a ``walk.steeredN`` step):
+        the question, the facts kept, the next queries; a stop, or a person's query restarting a
+        walk that would have stopped."""
+        with run.step(f"walk.steered{rounds}") as step:
+            still = {id(f) for f in steering.facts}
+            removed = [f.id for f in walk.facts if id(f) not in still]
+            walk.excluded |= {f.chunk_id for f in walk.facts if id(f) not in still}
+            walk.excluded -= {f.chunk_id for f in steering.facts}
+            edited = walk.question != steering.question
+            walk.question = run.question = steering.question
+            walk.facts = steering.facts
+            added = [q for q in steering.queries if steering.origins.get(q) == "person"]
+            walk.queries, walk.origins = steering.queries, steering.origins
+            if steering.stop:
+                walk.stop_reason = "stopped"
+            elif added or (
+                walk.queries and walk.stop_reason in ("sufficient", "no_new_facts", "no_new_queries", "no_new_chunks")
+            ):
+                walk.stop_reason = ""  # a person named somewhere to look (or kept the walk's queries): it goes on
+            elif not walk.queries and not walk.stop_reason:
+                walk.stop_reason = "no_new_queries"
+            step.summary = {
+                "round": rounds,
+                "question_edited": edited,
+                "facts_removed": removed,
+                "queries": walk.queries,
+                "queries_added": added,
+                "stop_reason": walk.stop_reason or None,
+            }
+
     def run(self, run):
         if not run.answering:
             return ranking_run(run, self.ranking, depth=run.k)
-        question, k = run.question, run.k
+        k = run.k
         started = time.perf_counter()
         seen: dict[int, SearchResult] = {}
-        facts: list[Fact] = []
         asked: list[str] = []
-        stop_reason = ""
         rounds = 0
         recorder = run.walk
         if recorder is None and run.llm is not None:
             recorder = run.walk = WalkRecorder.for_run(run)  # every walk keeps its facts and path
+        walk = WalkProgress(question=run.question, queries=[run.question], origins={run.question: "question"})
         if run.llm is None:
             rounds = 1
-            asked.append(question)
+            asked.append(walk.question)
             found: dict[str, list[int]] = {}
-            stop_reason = self.walk_without_llm(run, seen, found)
+            walk.stop_reason = self.walk_without_llm(run, seen, found)
             if recorder is not None:
                 recorder.round_done(
                     round=1,
-                    queries=[question],
+                    queries=[walk.question],
                     origins={},
                     led_by=[],
                     found=found,
                     facts=[],
                     next_queries=[],
-                    stop_reason=stop_reason,
+                    stop_reason=walk.stop_reason,
                 )
-        queries = [question]
-        origins: dict[str, str] = {question: "question"}
-        led_by: list[int] = []
-        excluded: set[int] = set()  # chunks whose every fact a person removed
-        while not stop_reason:
+        elif recorder is not None:
+            resumed = recorder.resumed(visible=lambda ids: chunks_visible(where=run.where, chunk_ids=ids))
+            if resumed is not None:
+                rounds = resumed.round
+                asked.extend(resumed.asked)
+                self.resume(run, walk, resumed, seen)
+                if resumed.paused:
+                    named = [q for q, origin in walk.origins.items() if origin == "facts"]
+                    steering = recorder.wait(facts=walk.facts, next_queries=named)
+                    started += steering.paused_s
+                    self.steer(run, walk, steering, rounds)
+        led_by: list[int] = [f.id for f in walk.facts if f.round == rounds and f.id is not None]
+        while not walk.stop_reason:
             rounds += 1
             stage = f"walk.round{rounds}"
             round_facts: list[Fact] = []
             found = {}
+            queries, origins = walk.queries, walk.origins
             with run.step(stage) as step:
                 asked.extend(queries)
                 new = chunks_read(run, queries, seen, k=k, found=found)
@@ -305,7 +387,7 @@ class WalkingRAG(Stage):
                 step.summary = summary
                 next_queries: list[str] = []
                 if not new:
-                    stop_reason = "no_new_chunks"
+                    walk.stop_reason = "no_new_chunks"
                 else:
                     try:
                         per_query = run.spec.of(WalkConfig).walk_facts_from
@@ -313,18 +395,18 @@ class WalkingRAG(Stage):
                         shown = [r for r in new if r.chunk.pk in shown_ids]
                         summary["chunks_shown"] = [r.chunk.pk for r in shown]
                         outcome, step.usage = facts_extract(
-                            question, [_chunk_passage(r) for r in shown], facts, llm=run.llm
+                            walk.question, [_chunk_passage(r) for r in shown], walk.facts, llm=run.llm
                         )
                     except LLMError as exc:
                         run.llm_failed(stage, exc, step)
-                        stop_reason = "llm_failed"
+                        walk.stop_reason = "llm_failed"
                         if getattr(exc, "reply", None):
                             summary["llm_reply"] = exc.reply
                     else:
                         for fact in outcome.facts:
                             fact.round = rounds
                         round_facts = outcome.facts
-                        facts.extend(outcome.facts)
+                        walk.facts.extend(outcome.facts)
                         known = {q.lower() for q in asked}
                         next_queries = [q for q in outcome.queries if q.lower() not in known]
                         summary.update(
@@ -336,16 +418,16 @@ class WalkingRAG(Stage):
                         )
                         spent = _budget_spent(started, run.usage.cost_usd + step.usage.cost_usd)
                         if outcome.sufficient:
-                            stop_reason = "sufficient"
+                            walk.stop_reason = "sufficient"
                         elif not outcome.facts:
-                            stop_reason = "no_new_facts"
+                            walk.stop_reason = "no_new_facts"
                         elif rounds >= run.spec.of(WalkConfig).walk_max_rounds:
-                            stop_reason = "max_rounds"
+                            walk.stop_reason = "max_rounds"
                         elif spent:
-                            stop_reason = "budget"
+                            walk.stop_reason = "budget"
                             summary["budget"] = spent
                         elif not next_queries:
-                            stop_reason = "no_new_queries"
+                            walk.stop_reason = "no_new_queries"
                 if recorder is not None:
                     recorder.round_done(
                         round=rounds,
@@ -355,46 +437,23 @@ class WalkingRAG(Stage):
                         found=found,
                         facts=round_facts,
                         next_queries=next_queries,
-                        stop_reason=stop_reason,
+                        stop_reason=walk.stop_reason,
                     )
                     summary["walk_id"] = recorder.walk.pk
                     if round_facts:  # now with the stored facts' ids
                         summary["facts"] = [f.as_dict() for f in round_facts]
-                summary["stop_reason"] = stop_reason or None
-            queries, origins = next_queries, {q: "facts" for q in next_queries}
+                summary["stop_reason"] = walk.stop_reason or None
+            walk.queries, walk.origins = next_queries, {q: "facts" for q in next_queries}
             led_by = [f.id for f in round_facts if f.id is not None]
-            if recorder is None or stop_reason == "llm_failed":
+            if recorder is None or walk.stop_reason == "llm_failed":
                 continue
-            steering = recorder.checkpoint(round=rounds, facts=facts, next_queries=queries, stop_reason=stop_reason)
-            if steering is None:
-                continue
-            started += steering.paused_s  # a person's time is not the walk's budget
-            with run.step(f"walk.steered{rounds}") as step:
-                still = {id(f) for f in steering.facts}
-                removed = [f.id for f in facts if id(f) not in still]
-                excluded |= {f.chunk_id for f in facts if id(f) not in still}
-                excluded -= {f.chunk_id for f in steering.facts}
-                edited = question != steering.question
-                question = run.question = steering.question
-                facts = steering.facts
-                added = [q for q in steering.queries if steering.origins.get(q) == "person"]
-                queries, origins = steering.queries, steering.origins
-                if steering.stop:
-                    stop_reason = "stopped"
-                elif any(steering.origins.get(q) == "person" for q in queries) or (
-                    queries and stop_reason in ("sufficient", "no_new_facts", "no_new_queries", "no_new_chunks")
-                ):
-                    stop_reason = ""  # a person named somewhere to look (or kept the walk's queries): it goes on
-                elif not queries and not stop_reason:
-                    stop_reason = "no_new_queries"
-                step.summary = {
-                    "round": rounds,
-                    "question_edited": edited,
-                    "facts_removed": removed,
-                    "queries": queries,
-                    "queries_added": added,
-                    "stop_reason": stop_reason or None,
-                }
+            steering = recorder.checkpoint(
+                round=rounds, facts=walk.facts, next_queries=walk.queries, stop_reason=walk.stop_reason
+            )
+            if steering is not None:
+                started += steering.paused_s  # a person's time is not the walk's budget
+                self.steer(run, walk, steering, rounds)
+        question, facts, excluded, stop_reason = walk.question, walk.facts, walk.excluded, walk.stop_reason
         config = run.spec.of(WalkConfig)
         hops: dict[str, int | None] = {}
         if facts and config.walk_entity_hop and stop_reason != "stopped":

@@ -30,7 +30,10 @@ class Walk(models.Model):
     person asked), ``done`` (answered), ``failed`` (the run raised), ``stopped`` (a person stopped
     it; it answered from what it had). ``next_queries`` are the queries of the next round, a
     person may edit them while paused. ``answer``: ``{"text", "citations": [...], "degraded"}``.
-    ``user`` (the asker) and ``question`` are shown only to the asker.
+    ``user`` (the asker) and ``question`` are shown only to the asker. ``worker_id`` and
+    ``lease_expires_at``: the process running a steered walk holds a lease on it while it runs or
+    waits paused; one that stops (killed, restarted) leaves the lease to run out, and the walk is
+    taken over and resumed from its last round (``retrieval.steering.walks_recover``).
     """
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
@@ -50,6 +53,10 @@ class Walk(models.Model):
     stop_reason = models.CharField(max_length=30, blank=True)
     answer = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True)
+    # The lease of the process running the walk (``knowledge.services.leases``): renewed while it
+    # runs or waits paused; a walk whose lease ran out lost its process and is taken over.
+    worker_id = models.CharField(max_length=200, blank=True, help_text="The process running the walk.")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
     trace = models.ForeignKey("retrieval.Trace", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -39,15 +39,44 @@ class Steering:
     paused_s: float = 0.0
 
 
+@dataclass
+class Resumed:
+    """A walk's state read back from its rows, to go on from after its process stopped.
+
+    ``round``: rounds done. ``asked``: every query searched, in order. ``chunk_ids``: the chunks
+    read, in reading order. ``facts``: the facts still in use (``Fact`` rows, in the order found).
+    ``queries`` and ``origins``: the next round's queries and who named each (``facts`` or
+    ``person``). ``excluded``: chunks whose every fact a person removed. ``paused``: the walk was
+    waiting for a person. ``stop_reason``: why it would stop now (``""``: it goes on).
+    """
+
+    round: int
+    asked: list[str]
+    chunk_ids: list[int]
+    facts: list
+    queries: list[str]
+    origins: dict[str, str]
+    excluded: set[int]
+    paused: bool
+    stop_reason: str
+
+
+class WalkTakenOver(Exception):
+    """Another process runs the walk now: this one's lease ran out while it was still going."""
+
+
 class WalkRecorder:
     """Keeps one walk's row, path and facts as the stage runs it (module docstring).
 
-    ``poll_s``: how often a paused walk reads its row. Errors of the database propagate.
+    ``poll_s``: how often a paused walk reads its row. ``worker_id``: the lease this process holds
+    on the walk (``retrieval.steering``), checked whenever the row is read. Errors of the
+    database propagate.
     """
 
-    def __init__(self, walk: Walk, *, poll_s: float = 0.3):
+    def __init__(self, walk: Walk, *, poll_s: float = 0.3, worker_id: str = ""):
         self.walk = walk
         self.poll_s = poll_s
+        self.worker_id = worker_id
 
     @classmethod
     def for_run(cls, run) -> WalkRecorder:
@@ -103,13 +132,20 @@ class WalkRecorder:
         walk = self.walk
         return walk.steered and (walk.pause_requested or (walk.pause_after is not None and walk.pause_after == round))
 
+    def _refresh(self) -> None:
+        """Read the walk's row again; ``WalkTakenOver`` when another process holds it now."""
+        self.walk.refresh_from_db()
+        if self.worker_id and self.walk.worker_id != self.worker_id:
+            raise WalkTakenOver(f"Walk {self.walk.pk} is run by {self.walk.worker_id or 'another process'} now.")
+
     def checkpoint(self, *, round: int, facts: list, next_queries: list[str], stop_reason: str) -> Steering | None:
         """After round ``round``: ``None`` to go on as the walk decided, or the ``Steering`` a
         person left (after a pause, or a stop asked while it ran). An unsteered walk goes on
-        without reading its row: nobody can pause or stop it."""
+        without reading its row: nobody can pause or stop it. ``WalkTakenOver`` when another
+        process took the walk over (this one's lease ran out)."""
         if not self.walk.steered:
             return None
-        self.walk.refresh_from_db()
+        self._refresh()
         if not self._should_pause(round):
             if self.walk.stop_requested:
                 return Steering(question=self.walk.question, facts=facts, queries=[], stop=True)
@@ -119,16 +155,25 @@ class WalkRecorder:
         walk.next_queries = list(next_queries)
         walk.stop_reason = stop_reason
         walk.save(update_fields=["status", "paused_at", "pause_requested", "next_queries", "stop_reason", "updated_at"])
+        return self.wait(facts=facts, next_queries=next_queries)
+
+    def wait(self, *, facts: list, next_queries: list[str]) -> Steering:
+        """Wait while the walk is paused (polling its row) until a person resumes or stops it, or
+        ``KB_WALK_PAUSE_TIMEOUT_S`` after it paused (``paused_at``; a walk taken over after its
+        process stopped keeps its deadline); then the ``Steering`` it left. ``next_queries``: the
+        queries the walk itself named (any other is the person's)."""
+        walk = self.walk
         paused = time.monotonic()
-        deadline = paused + settings.KB_WALK_PAUSE_TIMEOUT_S
+        waited = (timezone.now() - walk.paused_at).total_seconds() if walk.paused_at else 0.0
+        deadline = paused + settings.KB_WALK_PAUSE_TIMEOUT_S - max(0.0, waited)
         timed_out = False
         while True:
-            time.sleep(self.poll_s)
-            walk.refresh_from_db()
-            if walk.status != "paused" or walk.stop_requested:
-                break
             if time.monotonic() >= deadline:
                 timed_out = True
+                break
+            time.sleep(self.poll_s)
+            self._refresh()
+            if walk.status != "paused" or walk.stop_requested:
                 break
         if walk.status == "paused":  # timed out, or a stop asked: running again until it answers
             walk.status = "running"
@@ -151,6 +196,46 @@ class WalkRecorder:
             origins=origins,
             stop=timed_out or walk.stop_requested,
             paused_s=time.monotonic() - paused,
+        )
+
+    def resumed(self, *, visible) -> Resumed | None:
+        """What a walk taken over from a stopped process had done, read back from its rows; ``None``
+        for a walk that finished no round (it starts from the question).
+
+        ``visible(chunk_ids) -> set`` says which chunks the asker may still read (the run's
+        filter): chunks and facts gone from view since are left out. The round in progress when
+        the process stopped is lost (its facts were never kept); the walk goes on with the next
+        queries it had recorded, or answers when it had decided to stop.
+        """
+        walk = self.walk
+        if walk.round == 0:
+            return None
+        steps = list(WalkStep.objects.for_tenant(walk.tenant_id).filter(walk=walk).order_by("round", "id"))
+        read: list[int] = []
+        for step in steps:
+            read.extend(c for c in step.chunk_ids if c not in read)
+        rows = list(Fact.objects.for_tenant(walk.tenant_id).filter(walk=walk).order_by("round", "id"))
+        shown = visible(read + [f.chunk_id for f in rows])
+        live = [f for f in rows if f.retired_reason != "wrong" and f.chunk_id in shown]
+        removed = {f.chunk_id for f in rows if f.retired_reason == "wrong"}
+        named = {q for f in rows if f.round == walk.round for q in f.next_sources}
+        queries = [q for q in walk.next_queries if isinstance(q, str) and q.strip()]
+        if walk.stop_requested:
+            stop_reason = "stopped"
+        elif queries or walk.status == "paused":
+            stop_reason = walk.stop_reason if walk.status == "paused" else ""
+        else:
+            stop_reason = walk.stop_reason or "no_new_queries"
+        return Resumed(
+            round=walk.round,
+            asked=[s.query for s in steps],
+            chunk_ids=[c for c in read if c in shown],
+            facts=live,
+            queries=queries,
+            origins={q: ("facts" if q in named else "person") for q in queries},
+            excluded=removed - {f.chunk_id for f in live},
+            paused=walk.status == "paused",
+            stop_reason=stop_reason,
         )
 
     def answered(self, *, answer, stop_reason: str, degraded: bool) -> None:

@@ -18,6 +18,19 @@ ORDER BY f.created_at DESC, f.id DESC LIMIT %(limit)s
 """
 
 
+_CHUNKS_VISIBLE = "SELECT c.id FROM knowledge_chunk c WHERE c.id = ANY(%(ids)s) AND {visible}"
+
+
+def chunks_visible(*, where: RetrievalFilter, chunk_ids: list[int]) -> set[int]:
+    """The ids among ``chunk_ids`` of the chunks ``where`` lets its asker read now (one query)."""
+    if not chunk_ids:
+        return set()
+    statement = sql.SQL(_CHUNKS_VISIBLE).format(visible=where.chunk_condition("c"))
+    with read_connection().cursor() as cursor:
+        cursor.execute(statement, {**where.params(), "ids": list(chunk_ids)})
+        return {row[0] for row in cursor.fetchall()}
+
+
 def facts_visible(
     *, where: RetrievalFilter, q: str = "", embedder: str | None = None, limit: int = 20, document_id=None
 ) -> list[Fact]:

@@ -144,7 +144,7 @@ def worlds(db, tmp_path):
             llm=ScriptedLLM(structured_reply=_facts_of_every_passage, chat_reply="Patch the tube [1]."),
             k=3,
             user=world.users["owner"],
-            overrides={"walk_entity_hop": 0},
+            overrides={"walk_entity_hop": 0, "walk_facts_from": 3},
         )
         Walk.objects.filter(tenant=world.tenant).update(steered=True)
         IngestionJob.objects.create(

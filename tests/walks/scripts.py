@@ -1,6 +1,8 @@
 """Scripted walks over ``walk_corpus`` (``tests/conftest.py``): the shared corpus plus a travel
 policy that points at the expense reports."""
 
+import time
+
 from knowledge.models import Chunk
 
 QUESTION = "How do I get the costs of a flight paid back?"
@@ -28,3 +30,13 @@ def two_rounds():
 
 def chunk_of(tenant, external_id):
     return Chunk.objects.for_tenant(tenant).get(version__document__external_id=external_id, version__is_current=True)
+
+
+def wait_for(client, walk_id, *statuses, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = client.get(f"/api/v1/walks/{walk_id}/").json()
+        if state["status"] in statuses:
+            return state
+        time.sleep(0.2)
+    raise AssertionError(f"walk {walk_id} never reached {statuses}: {state}")

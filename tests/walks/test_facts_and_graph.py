@@ -104,6 +104,7 @@ def test_facts_of_a_document_one_may_not_read_reach_no_path(db):
         pipeline="walkingrag",
         llm=ScriptedLLM(structured_replies=replies),
         k=3,
+        overrides={"walk_facts_from": 3},  # all three chunks read go to the model
         user=world.users["owner"],
     )
     hidden = [world.documents["board"], world.documents["private"]]

@@ -153,6 +153,7 @@ def facts_of_every_document(world):
         pipeline="walkingrag",
         llm=ScriptedLLM(structured_replies=replies),
         k=3,
+        overrides={"walk_facts_from": 3},  # all three chunks read go to the model
         user=world.users["owner"],
     )
     return run

@@ -1,7 +1,5 @@
 """Steering a walk through the API: start it, watch it, pause after a round, edit, resume or stop."""
 
-import time
-
 import pytest
 
 from retrieval.models import TraceStep
@@ -9,7 +7,7 @@ from retrieval.walks.models import Fact, Walk
 from tests.api.conftest import client_for
 from tests.factories import MembershipFactory
 from tests.retrieval.doubles import ScriptedLLM
-from tests.walks.scripts import EXPENSES_FACT, QUESTION, TRAVEL_FACT, reply
+from tests.walks.scripts import EXPENSES_FACT, QUESTION, TRAVEL_FACT, reply, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -30,21 +28,6 @@ def scripted(monkeypatch):
     )
     monkeypatch.setattr("retrieval.pipeline.configured_llm", lambda: llm)
     return llm
-
-
-@pytest.fixture
-def asker(walk_corpus):
-    return MembershipFactory(tenant=walk_corpus).user
-
-
-def wait_for(client, walk_id, *statuses, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        state = client.get(f"/api/v1/walks/{walk_id}/").json()
-        if state["status"] in statuses:
-            return state
-        time.sleep(0.2)
-    raise AssertionError(f"walk {walk_id} never reached {statuses}: {state}")
 
 
 def test_a_walk_started_through_the_api_runs_in_the_background_and_answers(asker, scripted):

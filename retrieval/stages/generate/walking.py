@@ -26,6 +26,10 @@ from retrieval.types import Passage
 MAX_FACTS = 8  # per round
 MAX_QUERIES = 3  # new queries per round
 MAX_KNOWN_FACTS = 30  # facts of earlier rounds shown to the model
+# A few words of relevance: left free, the local model wrote as many tokens of relevance as of fact
+# (every generated token costs about 0.1 s on 2 cores), and nothing downstream reads more.
+RELEVANCE_CHARS = 100
+MAX_TOKENS = 450  # the reply's bound: 8 facts of a sentence each fit; a reply that runs on is cut here
 FACTS_SCHEMA = {
     "type": "object",
     "properties": {
@@ -46,8 +50,8 @@ FACTS_SCHEMA = {
                     },
                     "relevance": {
                         "type": "string",
-                        "maxLength": 200,
-                        "description": "How is this fact relevant to the answer?",
+                        "maxLength": RELEVANCE_CHARS,
+                        "description": "Why the fact matters for the question, in a few words.",
                     },
                     "passage": {"type": "integer", "description": "The number n of the passage the fact is from."},
                 },
@@ -87,7 +91,7 @@ FACTS_SCHEMA = {
 SYSTEM_PROMPT = (
     "You help answer a question from a team's documents by taking notes, not by answering. "
     "From the numbered passages, extract the facts relevant to the question: each fact "
-    "self-explanatory, with why it is relevant and the number of the passage it comes from. "
+    "self-explanatory, with why it is relevant in a few words and the number of the passage it comes from. "
     "Do not repeat facts already collected. Then say whether the collected facts are sufficient "
     "to answer the question, and if they are not, name up to three places to look next "
     "(nextSource: a section, page or topic the passages refer to) and what you expect to find "
@@ -144,7 +148,7 @@ def facts_messages(question: str, passages: list[Passage], known_facts: list[Fac
         f"{context_compose(passages, reverse_pack=False)}\n\n"
         "End of passages.\n\n"
         f"The user's question: {question}\n\n"
-        'Reply with JSON: {"facts": [{"fact": "...", "relevance": "...", "passage": n}], '
+        'Reply with JSON: {"facts": [{"fact": "...", "relevance": "a few words", "passage": n}], '
         '"sufficient": true|false, "missing": [{"nextSource": "...", "expectedInfo": "..."}]}'
     )
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
@@ -183,7 +187,10 @@ def round_parse(data: dict, passages: list[Passage], known_facts: list[Fact]) ->
         else:
             seen.add(_key(text))
             fact = Fact(
-                text=text, relevance=_clean(item.get("relevance"), 200), n=n, chunk_id=passages[n - 1].anchor.pk
+                text=text,
+                relevance=_clean(item.get("relevance"), RELEVANCE_CHARS),
+                n=n,
+                chunk_id=passages[n - 1].anchor.pk,
             )
             result.facts.append(fact)
     for item in data.get("missing") or []:
@@ -197,7 +204,7 @@ def round_parse(data: dict, passages: list[Passage], known_facts: list[Fact]) ->
 
 
 def facts_extract(
-    question: str, passages: list[Passage], known_facts: list[Fact], *, llm, max_tokens: int = 700
+    question: str, passages: list[Passage], known_facts: list[Fact], *, llm, max_tokens: int = MAX_TOKENS
 ) -> tuple[RoundResult, Usage]:
     """One WalkingRAG round's LLM call: the new facts in ``passages``, sufficiency, where to look next.
 
