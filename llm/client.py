@@ -256,7 +256,14 @@ class LLMClient:
     # --- JSON ---------------------------------------------------------------------------------
 
     def structured(
-        self, messages: Messages, *, schema: dict[str, Any], name: str, max_tokens: int = 512, retry: bool = True
+        self,
+        messages: Messages,
+        *,
+        schema: dict[str, Any],
+        name: str,
+        max_tokens: int = 512,
+        retry: bool = True,
+        schema_in_prompt: bool = True,
     ) -> tuple[dict[str, Any], Completion]:
         """A JSON object matching ``schema`` (JSON Schema) as the reply to ``messages``.
 
@@ -266,7 +273,12 @@ class LLMClient:
         ``jsonschema``; JSON inside a ```json fence is accepted. ``name`` names the schema
         (letters, digits, ``_``, ``-``). An unparseable or invalid reply is retried once, with
         the problem pointed out (not with ``retry=False``, for a caller that reads a broken
-        reply itself); then ``LLMBadOutput``, carrying the last reply in ``reply``. Returns ``(value, completion)``;
+        reply itself); then ``LLMBadOutput``, carrying the last reply in ``reply``.
+        ``schema_in_prompt=False`` leaves the schema out of the prompt where the endpoint takes it
+        as ``response_format`` (llama.cpp turns it into a grammar; spelled out, a schema with
+        descriptions costs hundreds of prompt tokens), for a caller whose messages show the
+        reply's shape already; the schema is still spelled out when only the prompt can carry it.
+        Returns ``(value, completion)``;
         ``completion.usage`` counts both calls when there were two. ``ValueError`` if
         ``schema`` is not a valid JSON Schema.
         """
@@ -279,6 +291,7 @@ class LLMClient:
                 max_tokens=max_tokens,
                 tool=False,
                 attempts=1 + retry,
+                schema_in_prompt=schema_in_prompt,
             )
             return value, call.completed(completion)
 
@@ -433,6 +446,7 @@ class LLMClient:
         max_tokens: int,
         tool: bool,
         attempts: int = 2,
+        schema_in_prompt: bool = True,
     ) -> tuple[dict[str, Any], Completion]:
         """Request JSON (as a tool call or a response format), validate, retry once with feedback."""
         validator = _validator(schema)
@@ -448,7 +462,11 @@ class LLMClient:
                 )
             else:
                 response, raw, sent = self._format_request(
-                    attempt_messages, schema=schema, name=name, max_tokens=max_tokens
+                    attempt_messages,
+                    schema=schema,
+                    name=name,
+                    max_tokens=max_tokens,
+                    schema_in_prompt=schema_in_prompt,
                 )
             total.add(self._usage(response, sent, raw))
             try:
@@ -517,12 +535,13 @@ class LLMClient:
         return response, content, messages
 
     def _format_request(
-        self, messages: Messages, *, schema: dict[str, Any], name: str, max_tokens: int
+        self, messages: Messages, *, schema: dict[str, Any], name: str, max_tokens: int, schema_in_prompt: bool = True
     ) -> tuple[Any, str, Messages]:
         """Ask for JSON via ``response_format``, trying the forms the endpoint may accept."""
         modes = [self._json_mode] if self._json_mode else list(_JSON_MODES)
         for mode in modes:
-            sent = messages if mode == "json_schema" else _with_schema_instruction(messages, schema)
+            carried = mode == "json_schema" or (mode == "json_object" and not schema_in_prompt)
+            sent = messages if carried else _with_schema_instruction(messages, schema)
             try:
                 response = self._create(
                     messages=sent, max_tokens=max_tokens, temperature=0.0, **_JSON_MODES[mode](schema, name)

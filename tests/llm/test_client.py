@@ -375,21 +375,32 @@ def test_structured_succeeds_when_the_retried_reply_is_valid(endpoint):
     assert "minutes: 'ten' is not of type 'integer'" in endpoint.requests[1]["messages"][-1]["content"]
 
 
-def test_structured_falls_back_to_llama_cpps_response_format_without_retrying_and_remembers_it(endpoint):
-    def llama_cpp_like(n, body):
-        if body["response_format"]["type"] != "json_object":  # llama-cpp-python sends its 422 as a 500
-            message = (
-                "1 validation error:\n  {'loc': ('body', 'response_format', 'type'), 'msg': 'Input should be 'text''}"
-            )
-            return Reply(status=500, body={"error": {"message": message, "type": "internal_server_error"}})
-        return Reply(body=completion('{"minutes": 11, "unit": "minutes"}'))
+def llama_cpp_like(n, body):
+    """An endpoint that takes only llama.cpp's ``json_object`` response format (its 422 comes as a 500)."""
+    if body["response_format"]["type"] != "json_object":
+        message = "1 validation error:\n  {'loc': ('body', 'response_format', 'type'), 'msg': 'Input should be 'text''}"
+        return Reply(status=500, body={"error": {"message": message, "type": "internal_server_error"}})
+    return Reply(body=completion('{"minutes": 11, "unit": "minutes"}'))
 
+
+def test_structured_falls_back_to_llama_cpps_response_format_without_retrying_and_remembers_it(endpoint):
     endpoint.script = llama_cpp_like
     client = client_for(endpoint)
     assert client.structured(QUESTION, schema=MINUTES, name="boil_time")[0]["minutes"] == 11
     assert client.structured(QUESTION, schema=MINUTES, name="boil_time")[0]["minutes"] == 11
     assert [r["response_format"]["type"] for r in endpoint.requests] == ["json_schema", "json_object", "json_object"]
     assert endpoint.requests[1]["response_format"]["schema"] == MINUTES
+
+
+def test_a_schema_the_endpoint_carries_stays_out_of_the_prompt_when_the_caller_asks(endpoint):
+    endpoint.script = llama_cpp_like
+    client = client_for(endpoint)
+    client.structured(QUESTION, schema=MINUTES, name="boil_time", schema_in_prompt=False)
+    client.structured(QUESTION, schema=MINUTES, name="boil_time")
+    carried, spelled_out = endpoint.requests[-2:]
+    assert carried["response_format"]["schema"] == MINUTES == spelled_out["response_format"]["schema"]
+    assert "JSON schema" not in carried["messages"][-1]["content"]
+    assert "JSON schema" in spelled_out["messages"][-1]["content"]
 
 
 def test_tool_call_forces_the_function_and_returns_its_validated_arguments(endpoint):

@@ -68,7 +68,7 @@ class ScriptedLLM:
         for word in completion.text.split(" "):
             yield word + " "
 
-    def structured(self, messages, *, schema, name, max_tokens=512, retry=True):
+    def structured(self, messages, *, schema, name, max_tokens=512, retry=True, schema_in_prompt=True):
         if name == "answer":
             return self._answer(messages)
         value = self.structured_replies.pop(0) if self.structured_replies else self.structured_reply

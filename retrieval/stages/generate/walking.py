@@ -215,6 +215,10 @@ def facts_extract(
     answers from what it gathered so far.
     """
     data, completion = llm.structured(
-        facts_messages(question, passages, known_facts), schema=FACTS_SCHEMA, name="walk_facts", max_tokens=max_tokens
+        facts_messages(question, passages, known_facts),
+        schema=FACTS_SCHEMA,
+        name="walk_facts",
+        max_tokens=max_tokens,
+        schema_in_prompt=False,  # the user message shows the reply's shape
     )
     return round_parse(data, passages, known_facts), completion.usage
