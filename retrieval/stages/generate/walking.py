@@ -1,14 +1,15 @@
 """WalkingRAG's fact extraction: one LLM call per round reads passages and keeps notes.
 
 Seed ``walkingrag-multi-turn.txt`` ("Better RAG 2: Single-shot is not good enough"): instead of
-answering, the model extracts *partial facts* from the retrieved chunks, each with why it is
-relevant (``relevance``), and names where to look next (``nextSource``: a section, a page, a
+answering, the model extracts *partial facts* from the retrieved chunks (the seed also asks why
+each is relevant, ``relevance``: optional here, see ``RELEVANCE_CHARS``), and names where to look next (``nextSource``: a section, a page, a
 topic) and what it expects to find there (``expectedInfo``). Those descriptors are searched in
 the next round, so the walk follows the documents' own references. Here the model also says
 whether the facts collected so far suffice to answer (the seed leaves cycle termination out;
 this is our stopping signal).
 
-One ``LLMClient.structured`` call per round with ``FACTS_SCHEMA``. Every fact must name the
+One ``LLMClient.structured`` call per round with ``FACTS_SCHEMA``, the schema left out of the
+prompt where the endpoint takes it as a response format (the user message shows the shape). Every fact must name the
 passage it came from (``passage``, the ``n`` of ``<passage n="…">``); facts naming a passage
 that does not exist, empty facts and facts already known are dropped here, so each kept fact
 is tied to a real chunk. Passages are untrusted data (``retrieval.stages.pack.context_compose``):
@@ -26,8 +27,9 @@ from retrieval.types import Passage
 MAX_FACTS = 8  # per round
 MAX_QUERIES = 3  # new queries per round
 MAX_KNOWN_FACTS = 30  # facts of earlier rounds shown to the model
-# A few words of relevance: left free, the local model wrote as many tokens of relevance as of fact
-# (every generated token costs about 0.1 s on 2 cores), and nothing downstream reads more.
+# Why a fact matters (the seed's "relevance") is optional and not asked for in the prompt: the local
+# model wrote as many tokens of it as of the fact (about 0.1 s a token on 2 cores), and nothing
+# downstream reads it. An endpoint that reads the schema may still give a few words.
 RELEVANCE_CHARS = 100
 MAX_TOKENS = 450  # the reply's bound: 8 facts of a sentence each fit; a reply that runs on is cut here
 FACTS_SCHEMA = {
@@ -55,7 +57,7 @@ FACTS_SCHEMA = {
                     },
                     "passage": {"type": "integer", "description": "The number n of the passage the fact is from."},
                 },
-                "required": ["fact", "relevance", "passage"],
+                "required": ["fact", "passage"],
                 "additionalProperties": False,
             },
         },
@@ -91,7 +93,7 @@ FACTS_SCHEMA = {
 SYSTEM_PROMPT = (
     "You help answer a question from a team's documents by taking notes, not by answering. "
     "From the numbered passages, extract the facts relevant to the question: each fact "
-    "self-explanatory, with why it is relevant in a few words and the number of the passage it comes from. "
+    "self-explanatory, with the number of the passage it comes from. "
     "Do not repeat facts already collected. Then say whether the collected facts are sufficient "
     "to answer the question, and if they are not, name up to three places to look next "
     "(nextSource: a section, page or topic the passages refer to) and what you expect to find "
@@ -148,7 +150,7 @@ def facts_messages(question: str, passages: list[Passage], known_facts: list[Fac
         f"{context_compose(passages, reverse_pack=False)}\n\n"
         "End of passages.\n\n"
         f"The user's question: {question}\n\n"
-        'Reply with JSON: {"facts": [{"fact": "...", "relevance": "a few words", "passage": n}], '
+        'Reply with JSON: {"facts": [{"fact": "...", "passage": n}], '
         '"sufficient": true|false, "missing": [{"nextSource": "...", "expectedInfo": "..."}]}'
     )
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
