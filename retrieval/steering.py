@@ -48,6 +48,9 @@ logger = logging.getLogger(__name__)
 MAX_PAUSE_AFTER = 10
 MAX_NEXT_QUERIES = 10
 LIVE_STATUSES = ("running", "paused")  # a walk a process runs or should run
+# An unsteered walk is part of one answer request: one still running this long after its last
+# write lost the process answering it (no request runs for an hour).
+ABANDONED_AFTER_S = 3600
 
 
 def _question_clean(question: str) -> str:
@@ -198,6 +201,20 @@ def walks_recover(*, tenant_id: int | None = None, walk_ids: list[int] | None = 
     if recovered:
         logger.warning("Walks whose process stopped, launched again: %s", recovered)
     return recovered
+
+
+def walks_abandoned_fail(*, older_than_s: float = ABANDONED_AFTER_S) -> int:
+    """End as ``failed`` the unsteered walks still ``running`` ``older_than_s`` seconds after their
+    last write: the answer request that ran each one stopped with its process, and nobody can
+    resume it (the asker got no answer to go back to). Every tenant's (the beat sweep, run as the
+    owner). Returns how many."""
+    cutoff = timezone.now() - timedelta(seconds=older_than_s)
+    return Walk.objects.filter(steered=False, status="running", updated_at__lt=cutoff).update(
+        status="failed",
+        error="The process answering it stopped before the walk ended.",
+        finished_at=timezone.now(),
+        updated_at=timezone.now(),
+    )
 
 
 def _locked(walk: Walk) -> Walk:

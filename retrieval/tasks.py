@@ -30,8 +30,10 @@ def walk_run_task(walk_id: int) -> str:
 @shared_task(time_limit=300, soft_time_limit=270)
 def walks_recover_task() -> list[int]:
     """Launch again the steered walks whose process stopped (``retrieval.steering.walks_recover``);
-    their ids. Run by beat every ``KB_JOB_LEASE_S``: a sweep over every tenant, run as the owner
-    (the task's ``rls_bypass``), like the other recovery sweeps (``docs/rls.md``)."""
-    from retrieval.steering import walks_recover
+    their ids. Unsteered walks left running by a stopped answer request end as failed
+    (``walks_abandoned_fail``). Run by beat every ``KB_JOB_LEASE_S``: a sweep over every tenant,
+    run as the owner (the task's ``rls_bypass``), like the other recovery sweeps (``docs/rls.md``)."""
+    from retrieval.steering import walks_abandoned_fail, walks_recover
 
+    walks_abandoned_fail()
     return walks_recover()

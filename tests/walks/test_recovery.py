@@ -7,12 +7,22 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from knowledge.models import Chunk
 from retrieval.models import TraceStep
 from retrieval.steering import walk_execute, walks_recover
 from retrieval.walks.models import Walk
 from tests.api.conftest import client_for
 from tests.retrieval.doubles import ScriptedLLM
-from tests.walks.scripts import EXPENSES_FACT, EXPENSES_QUERY, QUESTION, TRAVEL_FACT, reply, two_rounds, wait_for
+from tests.walks.scripts import (
+    EXPENSES_FACT,
+    EXPENSES_QUERY,
+    QUESTION,
+    TRAVEL_FACT,
+    chunk_of,
+    reply,
+    two_rounds,
+    wait_for,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -106,3 +116,34 @@ def test_two_sweeps_launch_a_stopped_walk_once(asker, scripted):
     assert walks_recover() == []
     api.post(f"/api/v1/walks/{walk_id}/stop/")
     assert wait_for(api, walk_id, "stopped")["answer"]["text"]
+
+
+def test_a_walk_taken_over_leaves_out_what_its_asker_may_no_longer_read(asker, scripted, walk_corpus):
+    api = client_for(asker)
+    walk_id = api.post("/api/v1/walks/", {"question": QUESTION, "pause_after": 1, "k": 1}, format="json").json()["id"]
+    wait_for(api, walk_id, "paused")
+    travel = chunk_of(walk_corpus, "finance/travel")
+    process_stops(walk_id)
+    Chunk.objects.filter(pk=travel.pk).update(is_current=False)  # a newer version replaced it meanwhile
+    api.get(f"/api/v1/walks/{walk_id}/")
+    wait_until(lambda: Walk.objects.get(pk=walk_id).worker_id not in ("", "gone-host/4242/dead"))
+    api.post(f"/api/v1/walks/{walk_id}/resume/")
+    done = wait_for(api, walk_id, "done")
+    steps = {s.stage: s.summary for s in TraceStep.objects.filter(trace_id=done["trace_id"])}
+    assert steps["walk.resumed"]["facts"] == [] and travel.pk not in steps["walk.resumed"]["chunks_read"]
+    assert TRAVEL_FACT not in [f["fact"] for f in steps["walk"]["facts"]]
+    answer_prompt = " ".join(m["content"] for m in scripted.calls[-1][1])
+    assert "Book every flight through the travel desk" not in answer_prompt
+
+
+def test_the_sweep_ends_an_unsteered_walk_its_answer_request_left_running(walk_corpus):
+    from retrieval.tasks import walks_recover_task
+
+    left = Walk.objects.create(tenant=walk_corpus, question=QUESTION, status="running")
+    recent = Walk.objects.create(tenant=walk_corpus, question=QUESTION, status="running")
+    Walk.objects.filter(pk=left.pk).update(updated_at=timezone.now() - timedelta(hours=2))
+    assert walks_recover_task() == []
+    left.refresh_from_db()
+    recent.refresh_from_db()
+    assert left.status == "failed" and left.finished_at and "process" in left.error
+    assert recent.status == "running"  # an answer request may still be running it
