@@ -20,10 +20,13 @@ stops at the first of these, recorded as ``stop_reason`` on the last round's ste
 ``no_llm``          no LLM: one round of hybrid retrieval, then the extractive answer
 ==================  ==========================================================================
 
-The answer is written by the ``generate`` stage from one passage per chunk that yielded facts, its
-text the facts from that chunk (citations point at those chunks). Without an LLM, or after it
-failed, the passages are the chunks themselves (those that yielded facts, else every chunk
-read) and the answer is extractive. Every round is its own step (``walk.round1``,
+After the last round the entity hop (``walk_entity_hop``, LLM-free) reads the best chunk of each
+named entity the facts name and the question does not. The answer is written by the ``generate``
+stage from the text of the chunks that yielded facts, then the hop's chunks, then other chunks
+read until there are ``walk_answer_fill`` passages (``walk_answer_from: facts``: one passage per
+chunk that yielded facts, its text those facts); citations point at those chunks. Without an LLM,
+or after it failed, the passages are the chunks themselves (those that yielded facts, else every
+chunk read) and the answer is extractive. Every round is its own step (``walk.round1``,
 ``walk.round2``, …) whose summary holds the queries, the chunks read, the facts, the new
 queries and the stop reason, so a streaming caller sees each round as it ends.
 
@@ -73,6 +76,16 @@ class WalkConfig:
         "chunks",
         choices=("chunks", "facts"),
         doc="WalkingRAG: answer from the text of the chunks that yielded facts, or from the facts themselves",
+    )
+    walk_answer_fill: int = setting(
+        MAX_PASSAGES,
+        range=(0, MAX_PASSAGES),
+        integer=True,
+        doc=(
+            "WalkingRAG: the answer's passages are the chunks that yielded facts and the entity hop's, "
+            "then other chunks read until there are this many (at most k, so the default fills up to k; "
+            "0: no others)"
+        ),
     )
     walk_entity_hop: int = setting(
         2,
@@ -470,7 +483,7 @@ class WalkingRAG(Stage):
                 with_facts=with_facts,
                 excluded=frozenset(excluded),
                 hops=tuple(c for c in hops.values() if c is not None),
-                fill=k if from_chunks else 0,
+                fill=min(k, config.walk_answer_fill) if from_chunks else 0,
             )
             step.summary = {
                 "rounds": rounds,

@@ -37,6 +37,23 @@ def test_by_default_the_answer_is_written_from_the_text_of_the_chunks_that_yield
     assert "Book every flight through the travel desk" in prompt
 
 
+@pytest.mark.parametrize(("fill", "expected"), [({}, 4), ({"walk_answer_fill": 3}, 3), ({"walk_answer_fill": 0}, 1)])
+def test_other_chunks_read_fill_the_answer_up_to_k_or_walk_answer_fill_passages(walk_corpus, fill, expected):
+    llm = ScriptedLLM(structured_reply=reply((TRAVEL_FACT, 1), sufficient=True), chat_reply="An expense report [1]")
+    run = pipeline_answer(
+        tenant=walk_corpus,
+        question=QUESTION,
+        pipeline="walkingrag",
+        llm=llm,
+        k=4,
+        overrides={"walk_entity_hop": 0, **fill},
+    )
+    walk = next(s for s in run.steps if s.stage == "walk").summary
+    assert len(walk["chunks_read"]) == 4
+    assert len(run.passages) == expected
+    assert run.passages[0].anchor.pk == chunk_of(walk_corpus, "finance/travel").pk  # the fact's chunk always
+
+
 @pytest.fixture
 def kaisers(tenant, source):
     documents_ingest(tenant=tenant, source=source, documents=[EDGAR, HENRY])
