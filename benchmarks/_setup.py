@@ -12,6 +12,9 @@ def django_setup() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # As the tables' owner, as the test suite: some build a second database or drop indexes
+    # (docs/deployment.md#database-roles).
+    os.environ.setdefault("KB_DATABASE_ROLE", "owner")
     import django
 
     django.setup()

@@ -7,6 +7,7 @@ Every variable goes through a typed helper in ``config.env`` that raises
 from __future__ import annotations
 
 import ipaddress
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -119,13 +120,36 @@ TEMPLATES = [
 ]
 
 # --- Database -------------------------------------------------------------------------------
+# Two roles (docs/deployment.md#database-roles): the runtime login that the server, the workers and
+# the commands connect as (DATABASE_URL: not a superuser, owns no table, may only read and add to the
+# audit log), and the tables' owner, which only `manage.py migrate` connects as (DATABASE_OWNER_URL;
+# core.db_roles.owner_connection). The embedded server has both: kb_runtime and postgres.
 DATABASE_URL = env_url("DATABASE_URL", schemes=("postgres", "postgresql", "pgsql"))
+DATABASE_OWNER_URL = env_url("DATABASE_OWNER_URL", schemes=("postgres", "postgresql", "pgsql"))
 if DATABASE_URL:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL)}
+    KB_DATABASE_RUNTIME = dj_database_url.parse(DATABASE_URL)
+    # Without DATABASE_OWNER_URL the one login does both (manage.py check --deploy warns).
+    KB_DATABASE_OWNER = dj_database_url.parse(DATABASE_OWNER_URL or DATABASE_URL)
+    if KB_DATABASE_OWNER["NAME"] != KB_DATABASE_RUNTIME["NAME"]:
+        raise ImproperlyConfigured(
+            f"DATABASE_OWNER_URL names the database {KB_DATABASE_OWNER['NAME']!r} but DATABASE_URL names "
+            f"{KB_DATABASE_RUNTIME['NAME']!r}: the owner's and the runtime role's URLs must name the same database."
+        )
+elif DATABASE_OWNER_URL:
+    raise ImproperlyConfigured(
+        "DATABASE_OWNER_URL is set but DATABASE_URL is not: set DATABASE_URL to the runtime role's URL too."
+    )
 else:
     from config.embedded_db import embedded_database_settings
 
-    DATABASES = {"default": embedded_database_settings(KB_DATA_DIR)}
+    KB_DATABASE_RUNTIME, KB_DATABASE_OWNER = embedded_database_settings(KB_DATA_DIR)
+# Which of the two "default" connects as: "runtime" (the server, workers, commands), or "owner": the
+# test suite (pytest-django creates, migrates and empties its database through "default"; the default
+# under pytest) and the benchmarks, which build databases and drop indexes. Never a server.
+KB_DATABASE_ROLE = env_choice(
+    "KB_DATABASE_ROLE", "owner" if "pytest" in sys.modules else "runtime", ["runtime", "owner"]
+)
+DATABASES = {"default": dict(KB_DATABASE_OWNER if KB_DATABASE_ROLE == "owner" else KB_DATABASE_RUNTIME)}
 # Seconds a thread keeps its database connection for its next request or task (0: one connection
 # per request). A server thread then skips the connection set-up (a PostgreSQL backend process and
 # its authentication) on every request; Django checks a reused connection before its first query.
@@ -135,7 +159,8 @@ DATABASES["default"]["CONN_MAX_AGE"] = env_int("KB_DB_CONN_MAX_AGE", 60, minimum
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 # Row-level security as defence in depth (core.rls, docs/rls.md): the backend core.postgresql runs
 # requests' and tenant_context()'s statements as the role kb_app under each table's tenant policy.
-# KB_RLS=false keeps the policies but runs everything as the session role (no protection).
+# KB_RLS=false keeps the policies but runs everything as the session role (the runtime login, which
+# bypasses them: no protection).
 KB_RLS = env_bool("KB_RLS", True)
 DATABASES["default"]["ENGINE"] = "core.postgresql"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -177,6 +202,13 @@ CACHES = {
         {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": env_str("REDIS_URL"), "KEY_PREFIX": "kb"}
         if env_str("REDIS_URL")
         else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "kb-replicas"}
+    ),
+    # Counters of refused single sign-ons per client address (sso.services): Redis when REDIS_URL is
+    # set (every web process counts together), else this process's memory.
+    "throttles": (
+        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": env_str("REDIS_URL"), "KEY_PREFIX": "kb"}
+        if env_str("REDIS_URL")
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "kb-throttles"}
     ),
 }
 
@@ -262,6 +294,14 @@ KB_EMBEDDER_BACKEND = env_choice("KB_EMBEDDER_BACKEND", "onnx", ["torch", "onnx"
 KB_EMBED_THREADS = env_int("KB_EMBED_THREADS", 0, minimum=0)
 # Query embeddings kept per embedder (LRU; repeated questions skip the model); 0 disables.
 KB_QUERY_EMBED_CACHE = env_int("KB_QUERY_EMBED_CACHE", 1024, minimum=0)
+# Vectors of ingested texts kept per embedder and process, by the SHA-256 of the text (LRU): a
+# re-ingested unchanged chunk, a near-duplicate version's shared passages and a re-index skip the
+# model. 20,000 MiniLM vectors take 31 MB; 0 disables it (benchmarks/embed_cache.py).
+KB_EMBED_CACHE = env_int("KB_EMBED_CACHE", 20000, minimum=0)
+# llama.cpp threads of the bundled local LLM server (manage.py localllm, scripts/demo.sh --llm).
+# Its threads spin-wait for each other, so on cores that other work also uses (the demo syncing
+# beside it, a Celery worker) 1 thread answers up to 10x sooner than 2 (llm/local.py).
+KB_LOCAL_LLM_THREADS = env_int("KB_LOCAL_LLM_THREADS", 2, minimum=1)
 # Where the local embedders run (knowledge.embedders.device): "cpu"; "cuda" (the GPU, at fp16; the
 # torch backend only, and refused at first use when no GPU is visible); "auto" (the GPU when the
 # torch backend is chosen and PyTorch sees one, else the CPU). KB_EMBED_BATCH_SIZE is the CPU's
@@ -309,9 +349,9 @@ for _network in KB_FETCH_ALLOWED_NETWORKS:
 # Operator limits on what tenant admins may ask of the connectors (checked on create, edit and use).
 KB_WEB_MAX_PAGES = env_int("KB_WEB_MAX_PAGES", 5000, minimum=1)  # the largest page_limit
 KB_WEB_MIN_CRAWL_DELAY_S = env_float("KB_WEB_MIN_CRAWL_DELAY_S", 0.5, minimum=0.0)  # the least crawl_delay_s
-KB_WEB_MAX_PAGE_MB = env_float("KB_WEB_MAX_PAGE_MB", 10, minimum=0.01)  # the largest page or sitemap
+KB_WEB_MAX_PAGE_MB = env_float("KB_WEB_MAX_PAGE_MB", 10, minimum=0.01)  # the largest page or sitemap, decompressed
 KB_MIN_SYNC_EVERY_S = env_int("KB_MIN_SYNC_EVERY_S", 900, minimum=60)  # the least sync_every (15 minutes)
-KB_GIT_MAX_MB = env_int("KB_GIT_MAX_MB", 500, minimum=1)  # the most one git fetch may download
+KB_GIT_MAX_MB = env_int("KB_GIT_MAX_MB", 500, minimum=1)  # the most one git fetch may download, or unpack to
 KB_GIT_TIMEOUT_S = env_int("KB_GIT_TIMEOUT_S", 600, minimum=5)  # the longest one git fetch may take
 # Per-tenant quotas' installation defaults (core.quotas; an operator overrides them per tenant).
 # Unset, empty or 'unlimited' = no limit. Syncs per day are limited by default: every sync costs the server a crawl.
@@ -415,6 +455,14 @@ KB_OIDC_CLIENT_ID = env_str("KB_OIDC_CLIENT_ID")
 KB_OIDC_CLIENT_SECRET = env_str("KB_OIDC_CLIENT_SECRET")
 KB_OIDC_NAME = env_str("KB_OIDC_NAME", "single sign-on")  # the button reads "Sign in with <name>"
 KB_OIDC_SCOPES = env_str("KB_OIDC_SCOPES", "openid email profile")
+# Refused single sign-ons (any provider): after this many from one client address at one provider
+# within the window (s), that address's sign-ins there are answered 429 until the window ends; a
+# refusal is recorded in the audit log once per window per provider, address and reason.
+KB_SSO_REFUSAL_LIMIT = env_int("KB_SSO_REFUSAL_LIMIT", 10, minimum=1)
+KB_SSO_REFUSAL_WINDOW_S = env_int("KB_SSO_REFUSAL_WINDOW_S", 300, minimum=1)
+# How long (s) a provider's discovery document or keys that could not be read are not fetched
+# again (0: fetched at every sign-in until they are read).
+KB_SSO_DISCOVERY_FAILURE_TTL_S = env_int("KB_SSO_DISCOVERY_FAILURE_TTL_S", 60, minimum=0)
 LOGIN_REDIRECT_URL = "portal:ask"
 LOGOUT_REDIRECT_URL = "portal:login"
 

@@ -47,7 +47,7 @@ def admin_tenant(request):
 
 
 def _administered_tenant(request):
-    memberships = membership_list(user=request.user)
+    memberships = membership_list(user=request.user, request=request)
     managing = [m for m in memberships if m.role in ("admin", "owner")] or memberships
     chosen = request.session.get(SESSION_KEY) if hasattr(request, "session") else None
     membership = next((m for m in managing if m.tenant.slug == chosen), managing[0] if managing else None)

@@ -9,6 +9,11 @@ class CoreConfig(AppConfig):
     verbose_name = "Tenancy"
 
     def ready(self):
+        from django.core import checks
+
         from core.audit import audit_connect
+        from core.db_roles import database_roles_check
 
         audit_connect()  # sign-ins and failed sign-ins in the audit log
+        # manage.py check --deploy: the app must not connect as a superuser or an owner (core.db_roles)
+        checks.register(database_roles_check, checks.Tags.security, checks.Tags.database, deploy=True)

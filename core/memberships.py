@@ -13,6 +13,12 @@ One place decides it, ``membership_for_request``, in this order:
 
 A user with no membership at all gets ``PermissionDenied`` (403).
 
+A sign-in held to one tenant (``membership_bind``: a sign-in through a tenant's own identity
+provider, which vouches for that tenant only) acts in that tenant and no other: an ``X-Tenant``
+naming another, or a switch to another, is a 403, and the user's other memberships are not
+offered, until the user signs in again another way (the password) or signs out. A request
+authenticated by an API token is not held: the token's own rules apply.
+
 Resolving reads the user's memberships across tenants, before any tenant is bound, so the reads
 here run in ``core.rls.rls_bypass``; ``membership_for_request`` then binds the request's
 row-level-security scope to the tenant it found (``core.rls.rls_request_bind``).
@@ -20,6 +26,7 @@ row-level-security scope to the tenant it found (``core.rls.rls_request_bind``).
 
 from __future__ import annotations
 
+from django.contrib.auth import BACKEND_SESSION_KEY
 from django.db import transaction
 from django.utils import timezone
 
@@ -31,15 +38,40 @@ from core.tokens import token_digest
 
 TENANT_HEADER = "X-Tenant"
 SESSION_KEY = "kb_tenant"
+BOUND_KEY = "kb_tenant_bound"
 _CACHE = "_kb_membership"
 
 
-def membership_list(*, user) -> list[Membership]:
-    """The user's memberships with their tenants, ordered by tenant slug (empty when signed out)."""
+def membership_list(*, user, request=None) -> list[Membership]:
+    """The user's memberships with their tenants, ordered by tenant slug (empty when signed out).
+    With ``request`` (whose user ``user`` is), only those it may act in: a sign-in held to one
+    tenant (``membership_bind``) has that tenant's alone."""
     if user is None or not getattr(user, "is_authenticated", False):
         return []
     with rls_bypass():  # a user's memberships span tenants
-        return list(Membership.objects.select_related("tenant").filter(user_id=user.pk).order_by("tenant__slug"))
+        memberships = list(Membership.objects.select_related("tenant").filter(user_id=user.pk).order_by("tenant__slug"))
+    bound = membership_bound_slug(request) if request is not None else None
+    return memberships if bound is None else [m for m in memberships if m.tenant.slug == bound]
+
+
+def membership_bound_slug(request) -> str | None:
+    """The slug of the tenant ``request``'s sign-in is held to (``membership_bind``), or ``None``.
+    A hold lasts while the sign-in that made it does: a sign-in another way (another
+    authentication backend) lifts it; a request authenticated by an API token is never held."""
+    if getattr(request, "auth", None) is not None:  # DRF's token (or membership token), not the browser's sign-in
+        return None
+    session = getattr(request, "session", None)
+    bound = session.get(BOUND_KEY) if session is not None else None
+    if not isinstance(bound, dict) or bound.get("backend") != session.get(BACKEND_SESSION_KEY):
+        return None
+    return bound.get("tenant") or None
+
+
+def _held_elsewhere(bound: str, slug: str) -> PermissionDenied:
+    return PermissionDenied(
+        f"You signed in through the single sign-on of tenant {bound!r}, which acts in that tenant only, "
+        f"not in {slug!r}. Sign out and sign in with your password to act in another tenant."
+    )
 
 
 def membership_get(*, user, tenant: Tenant | int) -> Membership:
@@ -99,7 +131,10 @@ def _resolve(request, *, pick_first: bool) -> Membership:
         if named and named != membership.tenant.slug:
             raise PermissionDenied(f"This API token belongs to tenant {membership.tenant.slug!r}, not {named!r}.")
         return membership
-    memberships = membership_list(user=user)
+    bound = membership_bound_slug(request)
+    if bound is not None and named and named != bound:
+        raise _held_elsewhere(bound, named)
+    memberships = membership_list(user=user, request=request)
     if not memberships:
         raise PermissionDenied("Your account does not belong to any tenant.")
     if named:
@@ -124,12 +159,34 @@ def tenant_for_request(request, *, pick_first: bool = False) -> Tenant:
 def membership_choose(request, *, slug: str) -> Membership:
     """Remember ``slug`` as the tenant the portal (and admin) acts in from now on (kept with the
     signed-in user's login, until they choose another).
-    ``PermissionDenied`` (nothing stored) when the user is not a member of it."""
-    membership = _named(membership_list(user=request.user), slug)
+    ``PermissionDenied`` (nothing stored) when the user is not a member of it, or their sign-in
+    is held to another tenant (``membership_bind``)."""
+    bound = membership_bound_slug(request)
+    if bound is not None and slug != bound:
+        raise _held_elsewhere(bound, slug)
+    membership = _named(membership_list(user=request.user, request=request), slug)
     request.session[SESSION_KEY] = membership.tenant.slug
     if hasattr(request, _CACHE):
         delattr(request, _CACHE)
     return membership
+
+
+def membership_bind(request, *, slug: str) -> Membership:
+    """Hold ``request``'s sign-in (just made with ``django.contrib.auth.login``) to the tenant
+    ``slug``: from now on it acts in that tenant only (module docstring), until the user signs in
+    again another way or signs out. For a sign-in that vouches for one tenant only (a tenant's own
+    identity provider, ``sso.views``). Returns the membership; ``PermissionDenied`` (nothing
+    stored) when the user is not a member of it."""
+    request.session.pop(BOUND_KEY, None)
+    membership = membership_choose(request, slug=slug)
+    request.session[BOUND_KEY] = {"tenant": membership.tenant.slug, "backend": request.session.get(BACKEND_SESSION_KEY)}
+    return membership
+
+
+def membership_unbind(request) -> None:
+    """Lift ``membership_bind``'s hold on ``request``'s sign-in (a sign-in that vouches for every
+    tenant of the user, e.g. through the installation's provider)."""
+    request.session.pop(BOUND_KEY, None)
 
 
 def membership_save(*, tenant: Tenant, user, role: str) -> Membership:

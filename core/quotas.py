@@ -7,12 +7,12 @@ Six quotas (``QUOTAS``), each a limit and a usage (``docs/quotas.md``):
 * ``chunks``: body chunks of every stored version (summary chunks are not counted);
 * ``sources``: sources of any kind;
 * ``syncs_per_day``: sync runs started in the last 24 hours;
-* ``llm_tokens_per_day``: LLM tokens (prompt + completion) of the tenant's answers in the last
-  24 hours.
+* ``llm_tokens_per_day``: LLM tokens (prompt + completion) of every LLM call made for the tenant
+  in the last 24 hours, whatever started it (``llm.metering``).
 
 An action over a stored amount's limit is refused with 403, a sync over the day's with 429
-(``QuotaExceeded``); a question over the LLM tokens' limit is answered without the LLM
-(``retrieval.quotas``).
+(``QuotaExceeded``); over the LLM tokens' limit no LLM call is made: a question is answered
+without the LLM, other work degrades or is refused (``retrieval.quotas``).
 
 A tenant's limit is its ``core.TenantQuota`` field when set, else the installation default
 (``KB_QUOTA_*``, ``None`` = unlimited). This layer holds the limits and the error; usage is

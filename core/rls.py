@@ -10,7 +10,8 @@ filter then returns no rows instead of another tenant's. See ``docs/rls.md``.
 Scopes (one ``ContextVar``, so they follow the code path, not the connection):
 
 - no scope (migrations, management commands, the embedded server's setup, tests' own setup):
-  the session role (the tables' owner) runs every statement. Celery tasks start in the bypass
+  the session role (the runtime login, ``BYPASSRLS``, owner of nothing: ``core.db_roles``; the
+  tables' owner for migrations and under the test suite) runs every statement. Celery tasks start in the bypass
   and bind their object's tenant with ``tenant_context`` (``rls_celery_connect``). This is the
   documented bypass, as is ``rls_bypass()`` inside a scope (explicitly marked code paths only:
   resolving a request's tenant from the user's memberships, DDL, superuser admin).
@@ -53,7 +54,7 @@ _SET = "SELECT set_config('role', %s, true), set_config('app.tenant_id', %s, tru
 class RlsScope:
     """What the statements of a code path run as.
 
-    ``bypass``: as the session role (the owner; RLS does not apply). Otherwise as ``kb_app`` with
+    ``bypass``: as the session role (the runtime login; RLS does not apply). Otherwise as ``kb_app`` with
     ``app.tenant_id`` = ``tenant_id`` (``None``: no tenant, so no tenant-owned row is visible) and
     ``app.user_id`` = ``user_id`` (the user's own memberships in other tenants stay readable,
     policy ``kb_member_self``, e.g. for a tenant switcher).
@@ -109,7 +110,8 @@ def tenant_context(tenant_id: int) -> AbstractContextManager[RlsScope]:
 
 
 def rls_bypass() -> AbstractContextManager[RlsScope]:
-    """Run the block's statements as the session role (the tables' owner): RLS does not apply.
+    """Run the block's statements as the session role (the runtime login, ``BYPASSRLS``, which owns
+    nothing and may only read and add to the audit log: ``core.db_roles``): RLS does not apply.
 
     Only for explicitly marked code paths: resolving a request's tenant from the user's
     memberships (which span tenants), DDL such as index builds, superuser admin pages.
@@ -249,7 +251,7 @@ def _streamed_in(scope: RlsScope, content):
 
 
 def tenant_id_of(model, pk: int) -> int | None:
-    """The ``tenant_id`` of ``model``'s row ``pk``, read as the owner (``rls_bypass``), or ``None``
+    """The ``tenant_id`` of ``model``'s row ``pk``, read in ``rls_bypass``, or ``None``
     when the row is gone: how a task that takes an id finds the tenant to bind with
     ``tenant_context`` before it touches that tenant's data."""
     with rls_bypass():

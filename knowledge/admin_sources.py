@@ -28,7 +28,7 @@ from django.utils.html import format_html, format_html_join
 from core.admin import UNSCOPED, ReadOnlyAdminMixin, TenantScopedAdmin, TenantScopedForm, admin_tenant
 from core.errors import ApplicationError, InvalidInput
 from core.quotas import QuotaExceeded
-from knowledge.folder_grants import folder_grant_add, folder_grant_remove
+from knowledge.folder_grants import folder_grant_add, folder_grant_hard_links, folder_grant_remove
 from knowledge.models import FolderGrant, Source, SyncRun
 from knowledge.quotas import quota_check
 from knowledge.services.sources import duration_parse, source_check
@@ -400,7 +400,7 @@ class FolderGrantForm(forms.ModelForm):
 
     class Meta:
         model = FolderGrant
-        fields = ["tenant", "path"]
+        fields = ["tenant", "path", "allow_hard_links"]
 
     def clean(self):
         cleaned = super().clean()
@@ -428,7 +428,7 @@ class FolderGrantAdmin(admin.ModelAdmin):
     operator) see, add or revoke grants; a tenant admin has no way to grant themselves a folder."""
 
     form = FolderGrantForm
-    list_display = ["tenant", "path", "granted_by", "created_at"]
+    list_display = ["tenant", "path", "allow_hard_links", "granted_by", "created_at"]
     list_filter = ["tenant"]
     search_fields = ["path", "tenant__slug"]
 
@@ -449,6 +449,8 @@ class FolderGrantAdmin(admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change):
         grant, _created = folder_grant_add(tenant=obj.tenant, path=obj.path, granted_by=request.user.get_username())
+        if obj.allow_hard_links:
+            grant = folder_grant_hard_links(tenant=obj.tenant, path=grant.path, allowed=True)
         obj.pk = grant.pk
 
     def delete_model(self, request, obj):

@@ -19,6 +19,13 @@ transaction (ingestion in a worker or a command), a plain ``CREATE INDEX`` insid
 callers holding a transaction). A tenant index is named after the tenant's id; tenant ids are
 never reused, so the index of a deleted tenant is empty and harmless, and
 ``tenant_vector_indexes_prune`` (run by every ensure) drops it.
+
+Only the tables' owner may create or drop an index of ``knowledge_chunk``. The application connects
+as the runtime role, which owns nothing (``core.db_roles``): it builds and drops them through the
+owner's functions ``kb_vector_index_create`` and ``kb_vector_index_drop`` (core migration 0006),
+which run the same statements without ``CONCURRENTLY`` (a function runs inside a transaction):
+a build then holds writes to ``knowledge_chunk`` (searches go on) until it ends. A connection as
+the owner (the test suite) runs them itself, concurrently outside a transaction.
 """
 
 from __future__ import annotations
@@ -84,13 +91,27 @@ def vector_index_sql(
     return statement.as_string()
 
 
+def _owns_chunks(cursor) -> bool:
+    """Whether the connection's role may run DDL on ``knowledge_chunk`` itself: it owns the table
+    (or is a member of its owner, or a superuser). Otherwise it is the runtime role, and index DDL
+    goes through the owner's functions."""
+    cursor.execute(
+        "SELECT pg_has_role(current_user, relowner, 'USAGE') FROM pg_class WHERE oid = 'knowledge_chunk'::regclass"
+    )
+    return bool(cursor.fetchone()[0])
+
+
 @rls_bypass()  # DDL: the tables' owner builds and drops indexes (core.rls)
 def vector_index_ensure(*, embedder_key: str, dimensions: int) -> None:
     """Create the HNSW index for ``embedder_key`` over all tenants if it does not exist yet (idempotent)."""
+    name = vector_index_name(embedder_key)
     with connection.cursor() as cursor:
-        cursor.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", [vector_index_name(embedder_key)])
+        cursor.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", [name])
         if cursor.fetchone() is None:
-            cursor.execute(vector_index_sql(embedder_key, dimensions))
+            if _owns_chunks(cursor):
+                cursor.execute(vector_index_sql(embedder_key, dimensions))
+            else:
+                cursor.execute("SELECT kb_vector_index_create(%s, %s, %s)", [name, embedder_key, int(dimensions)])
 
 
 def tenant_vector_index_exists(*, tenant_id: int, embedder_key: str) -> bool:
@@ -143,9 +164,11 @@ def tenant_vector_index_ensure(*, tenant_id: int, embedder_key: str, min_chunks:
             [tenant_id, embedder_key],
         )
         dimensions = cursor.fetchone()[0]
-        concurrently = not connection.in_atomic_block
+        in_transaction = connection.in_atomic_block
+        owner = _owns_chunks(cursor)
+        concurrently = owner and not in_transaction
         lock_key = int(hashlib.sha1(name.encode()).hexdigest()[:15], 16)
-        if concurrently:
+        if not in_transaction:
             cursor.execute("SELECT pg_advisory_lock(%s)", [lock_key])
         else:
             # Inside a transaction: the lock ends with it; deferred foreign-key checks of chunks
@@ -154,20 +177,26 @@ def tenant_vector_index_ensure(*, tenant_id: int, embedder_key: str, min_chunks:
             cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
         try:
             if not tenant_vector_index_exists(tenant_id=tenant_id, embedder_key=embedder_key):
-                _index_drop(cursor, name, concurrently=concurrently)
+                _index_drop(cursor, name, concurrently=concurrently, owner=owner)
                 cursor.execute(f"SET maintenance_work_mem = '{BUILD_MAINTENANCE_WORK_MEM}'")
                 try:
-                    cursor.execute(
-                        vector_index_sql(embedder_key, dimensions, tenant_id=tenant_id, concurrently=concurrently)
-                    )
+                    if owner:
+                        cursor.execute(
+                            vector_index_sql(embedder_key, dimensions, tenant_id=tenant_id, concurrently=concurrently)
+                        )
+                    else:
+                        cursor.execute(
+                            "SELECT kb_vector_index_create(%s, %s, %s, %s)",
+                            [name, embedder_key, int(dimensions), int(tenant_id)],
+                        )
                 finally:
-                    if concurrently:  # inside a transaction, a failure aborts it (and the setting)
+                    if not in_transaction:  # inside a transaction, a failure aborts it (and the setting)
                         cursor.execute("RESET maintenance_work_mem")
-            if not concurrently:
+            if in_transaction:
                 cursor.execute("RESET maintenance_work_mem")
                 cursor.execute("SET CONSTRAINTS ALL DEFERRED")
         finally:
-            if concurrently:
+            if not in_transaction:
                 cursor.execute("SELECT pg_advisory_unlock(%s)", [lock_key])
     return name
 
@@ -205,17 +234,23 @@ def tenant_vector_indexes_prune(*, tenant_id: int | None = None) -> list[str]:
     if tenant_id is None:
         existing = set(Tenant.objects.filter(pk__in={i["tenant_id"] for i in indexes}).values_list("pk", flat=True))
         indexes = [i for i in indexes if i["tenant_id"] not in existing]
-    concurrently = not connection.in_atomic_block
+    in_transaction = connection.in_atomic_block
     with connection.cursor() as cursor:
-        if indexes and not concurrently:
+        owner = _owns_chunks(cursor) if indexes else True
+        if indexes and in_transaction:
             cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
         for index in indexes:
-            _index_drop(cursor, index["name"], concurrently=concurrently)
-        if indexes and not concurrently:
+            _index_drop(cursor, index["name"], concurrently=owner and not in_transaction, owner=owner)
+        if indexes and in_transaction:
             cursor.execute("SET CONSTRAINTS ALL DEFERRED")
     return [i["name"] for i in indexes]
 
 
-def _index_drop(cursor, name: str, *, concurrently: bool) -> None:
+def _index_drop(cursor, name: str, *, concurrently: bool, owner: bool = True) -> None:
+    """Drop the tenant index ``name`` if it exists: itself as the owner, else through the owner's
+    function ``kb_vector_index_drop``."""
+    if not owner:
+        cursor.execute("SELECT kb_vector_index_drop(%s)", [name])
+        return
     drop = "DROP INDEX CONCURRENTLY IF EXISTS" if concurrently else "DROP INDEX IF EXISTS"
     cursor.execute(sql.SQL(f"{drop} {{}}").format(sql.Identifier(name)).as_string())

@@ -2,9 +2,10 @@
 
 ``LLMClient`` (``chat``, ``structured``, ``tool_call``, ``stream``, ``map``) and
 ``configured_llm()`` are the interface; errors are in ``llm.errors``; ``Usage`` counts calls,
-tokens and cost. ``llm.tokenizer`` counts tokens offline; ``llm.local`` serves a bundled model
-by alias, Gemma 3 270M or Qwen2.5-Coder-1.5B (``manage.py localllm``, and the tests' local
-LLMs). Imports only ``core`` and third-party code.
+tokens and cost; ``llm_metered`` binds a tenant's daily LLM tokens to a code path, so every call
+made in it is checked and counted (``llm.metering``). ``llm.tokenizer`` counts tokens offline;
+``llm.local`` serves a bundled model by alias, Gemma 3 270M or Qwen2.5-Coder-1.5B (``manage.py
+localllm``, and the tests' local LLMs). Imports only ``core`` and third-party code.
 """
 
 from llm.circuit import circuit_reset
@@ -19,6 +20,7 @@ from llm.client import (
     LLMUnavailable,
     configured_llm,
 )
+from llm.metering import LLMQuotaExceeded, llm_metered
 from llm.usage import Usage
 
 __all__ = [
@@ -28,9 +30,11 @@ __all__ = [
     "LLMEmptyReply",
     "LLMError",
     "LLMHTTPError",
+    "LLMQuotaExceeded",
     "LLMTimeout",
     "LLMUnavailable",
     "Usage",
     "circuit_reset",
     "configured_llm",
+    "llm_metered",
 ]

@@ -5,6 +5,10 @@ retries with exponential backoff on transient failures (429, 5xx, connection err
 timeouts; ``Retry-After`` honoured), a circuit breaker per endpoint, a bound on concurrent
 requests, token usage and cost per call, and JSON output checked against a JSON schema on our
 side. Every failure is an ``LLMError`` (a ``core.errors.UpstreamError``) with a short message.
+
+Every public call made inside ``llm.metering.llm_metered`` counts against that tenant's daily LLM
+tokens: it is refused before any request (``LLMQuotaExceeded``) once they are used up, and its
+tokens are recorded after it (``_Call``).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from llm.errors import (
     LLMTimeout,
     LLMUnavailable,
 )
+from llm.metering import llm_meter_current
 from llm.tokenizer import count_tokens
 from llm.usage import Usage
 
@@ -559,7 +564,11 @@ class LLMClient:
 
 
 class _Call:
-    """One public call's span and metrics: ``with _Call(client, operation, ...) as call:``.
+    """One public call's quota, span and metrics: ``with _Call(client, operation, ...) as call:``.
+
+    The tenant's meter bound to the code path (``llm.metering``), if any, checks the daily LLM
+    tokens before the call (``LLMQuotaExceeded``: nothing is sent) and records the call's tokens
+    after it, a failed call's included.
 
     The span follows OpenTelemetry's GenAI semantic conventions (``chat <model>``, kind client:
     ``gen_ai.system``, ``gen_ai.request.model``, ``gen_ai.usage.input_tokens`` and
@@ -579,8 +588,11 @@ class _Call:
         self.model = ""
         self.first_token_s: float | None = None
         self.span = None
+        self.meter = llm_meter_current()
 
     def __enter__(self) -> _Call:
+        if self.meter is not None:
+            self.meter.check()  # LLMQuotaExceeded: the tenant's tokens are used up, nothing is sent
         self.started = time.perf_counter()
         if telemetry.telemetry_enabled():
             max_tokens, temperature, output = self.request
@@ -615,6 +627,8 @@ class _Call:
         failed = exc is not None and not abandoned
         usage = (getattr(exc, "usage", None) if failed else None) or self.usage or Usage()
         error = _error_kind(exc) if failed else None
+        if self.meter is not None and (usage.tokens_in or usage.tokens_out):
+            self.meter.record(usage)
         metrics.llm_call_observe(
             model=self.client.model,
             operation=self.operation,

@@ -212,9 +212,22 @@ def local_llm_model_path(data_dir: Path, model: str = DEFAULT_MODEL) -> Path:
 
 
 def local_llm_command(
-    model: LocalModel, model_path: Path, *, port: int, host: str = "127.0.0.1", cache: bool = False
+    model: LocalModel,
+    model_path: Path,
+    *,
+    port: int,
+    host: str = "127.0.0.1",
+    cache: bool = False,
+    threads: int = 2,
 ) -> list[str]:
-    """The command line that serves ``model_path`` as ``model.alias`` at ``http://host:port/v1``.
+    """The command line that serves ``model_path`` as ``model.alias`` at ``http://host:port/v1``
+    with ``threads`` llama.cpp threads (>= 1).
+
+    llama.cpp's threads wait for each other at every layer by spinning: on cores that other
+    processes also keep busy, a thread that is descheduled stalls the rest. On 2 cores with one
+    other busy process, 64 tokens of Qwen2.5-Coder-1.5B took 160-171 s with 2 threads and 10-16 s
+    with 1 (and Gemma 3 270M's 128 tokens up to 175 s against 6-7 s), so a server that shares its
+    cores (the tests, a demo syncing beside it) runs 1 thread (``KB_LOCAL_LLM_THREADS``).
 
     llama.cpp always keeps the last request's KV cache and evaluates only the part of the next
     prompt after the longest shared prefix. ``cache=True`` adds llama-cpp-python's RAM prompt
@@ -244,22 +257,29 @@ def local_llm_command(
         "--n_ctx",
         str(model.n_ctx),
         "--n_threads",
-        "2",
+        str(max(1, int(threads))),
         "--verbose",
         "False",
     ]
 
 
 def local_llm_start(
-    data_dir: Path, *, port: int, model: str = DEFAULT_MODEL, cache: bool = False, timeout_s: float = 120
+    data_dir: Path,
+    *,
+    port: int,
+    model: str = DEFAULT_MODEL,
+    cache: bool = False,
+    timeout_s: float = 120,
+    threads: int = 2,
 ) -> subprocess.Popen:
-    """Start the server for the model alias ``model`` and wait until ``/v1/models`` answers.
+    """Start the server for the model alias ``model`` with ``threads`` threads
+    (``local_llm_command``) and wait until ``/v1/models`` answers.
 
     Raises ``LocalModelPartMissing`` if the model is not installed, ``RuntimeError`` (with the
     server's last output) if the server exits, ``TimeoutError`` after ``timeout_s`` seconds."""
     local_model = local_model_get(model)
     process = subprocess.Popen(
-        local_llm_command(local_model, local_llm_model_path(data_dir, model), port=port, cache=cache),
+        local_llm_command(local_model, local_llm_model_path(data_dir, model), port=port, cache=cache, threads=threads),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         cwd=Path(__file__).resolve().parent.parent,  # so ``-m llm.local_server`` resolves

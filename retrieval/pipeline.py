@@ -44,7 +44,7 @@ from django.conf import settings
 
 from core.errors import InvalidInput
 from knowledge.access import access_scope_get
-from llm import Usage, configured_llm
+from llm import Usage, configured_llm, llm_metered
 from retrieval.config import MAX_QUERY_CHARS, MODES, SearchConfig
 from retrieval.filters import RetrievalFilter
 from retrieval.quotas import llm_quota_error, llm_quota_get
@@ -301,6 +301,13 @@ def _llm_for(llm, use_llm: bool):
     return configured_llm() if llm is CONFIGURED else llm
 
 
+def _llm_quota(*, tenant, client):
+    """(the tenant's LLM tokens quota or ``None`` when unlimited or no LLM is used, the
+    ``QuotaExceeded`` when its tokens of the last 24 hours are used up or ``None``)."""
+    quota = llm_quota_get(tenant=tenant) if client is not None else None
+    return quota, (llm_quota_error(quota) if quota is not None else None)
+
+
 def _spec_for(tenant, pipeline, overrides) -> PipelineSpec:
     if isinstance(pipeline, PipelineSpec):
         return pipeline
@@ -356,7 +363,10 @@ def pipeline_retrieve(
     LLM). ``user`` is who asks (access rules, personalization); ``as_of`` retrieves the versions
     current on that date; ``options`` are per-request switches (``REQUEST_OPTIONS``).
     ``InvalidInput`` for an empty or over-long query, ``k`` outside 1-200, an unknown mode
-    or pipeline. LLM failures degrade (see the module docstring), never raise.
+    or pipeline. LLM failures degrade (see the module docstring), never raise. The LLM calls
+    count against the tenant's daily LLM tokens (``retrieval.quotas``, recorded as ``search``);
+    over its limit they are refused before they are sent and the stages that wanted them fall
+    back (``degraded``, the reason giving the figures).
     """
     started = time.perf_counter()
     query = _question_check(query, label="query")
@@ -380,7 +390,8 @@ def pipeline_retrieve(
         k=k,
         mode=mode,
     )
-    state = _run(state)
+    with llm_metered(tenant=tenant, purpose="search"):
+        state = _run(state)
     return RetrievalRun.of(state, total_ms=state.elapsed_ms())
 
 
@@ -427,7 +438,8 @@ def pipeline_answer(
     (``{"stage", "ms", "summary", "error"?}``) and ``"token"`` for each piece of a streamed LLM
     answer (``{"text"}``); the LLM answer is then streamed. ``as_of`` and ``options`` as in ``pipeline_retrieve``. ``walk``: the
     ``retrieval.walks.recorder.WalkRecorder`` of a steered walk (WalkingRAG). ``InvalidInput`` for bad
-    arguments.
+    arguments. Every LLM call of the run counts against the tenant's daily LLM tokens, traced or
+    not (``trace=False``, e.g. evaluations: recorded as ``answer`` usage instead of on a trace).
     """
     started = time.perf_counter()
     question = _question_check(question)
@@ -439,10 +451,12 @@ def pipeline_answer(
         spec = spec.with_settings(**{key: value for key, value in pack.items() if value is not None})
     client = _llm_for(llm, use_llm)
     # The tenant's LLM tokens of the day (retrieval.quotas): over the limit, no LLM for this run.
-    quota = llm_quota_get(tenant=tenant) if client is not None and trace is not False else None
-    over_quota = llm_quota_error(quota) if quota is not None else None
+    quota, over_quota = _llm_quota(tenant=tenant, client=client)
     if over_quota is not None:
         client = None
+    # A tenant with an LLM tokens limit is always traced, unless the caller wants no trace: its
+    # traces are the meter of its answers; an untraced run's calls are recorded one by one.
+    traced = bool(settings.KB_TRACING if trace is None else trace) or (quota is not None and trace is not False)
     state = _state_new(
         started=started,
         tenant=tenant,
@@ -463,7 +477,8 @@ def pipeline_answer(
     )
     if over_quota is not None:
         state.reasons.append(f"{over_quota.code}: {over_quota.message}")
-    state = _run(state)
+    with llm_metered(tenant=tenant, purpose="answer", record=not traced):
+        state = _run(state)
     answer, search_ms = state.answer, state.search_ms
     total_ms = state.elapsed_ms()
     answer.timings_ms = {
@@ -484,8 +499,7 @@ def pipeline_answer(
         scores=state.scores,
         passages=list(state.passages or []),
     )
-    # A tenant with an LLM tokens limit is always traced: its traces are the meter.
-    if (settings.KB_TRACING if trace is None else trace) or quota is not None:
+    if traced:
         result.trace_id = _trace_write(tenant=tenant, user=user, result=result)
     if state.walk is not None:  # a WalkingRAG walk ends once its trace is written
         state.walk.finish(trace_id=result.trace_id)

@@ -1,14 +1,21 @@
 """LLM tokens against the tenant's daily quota, and every quota's usage together.
 
-``llm_tokens_per_day`` counts the tokens (prompt + completion) recorded on the tenant's answer
-traces (``retrieval.Trace.tokens_in`` + ``tokens_out``, the run's total over its stages) created
-in the last 24 hours. An answer run over the limit does not call the LLM: ``pipeline_answer``
-answers extractively, marked ``degraded`` with a reason that starts ``quota_exceeded:`` and gives
-the figures (HTTP 200, as when the LLM endpoint fails; ``docs/quotas.md`` says why). While a
-tenant has a limit its answers are always traced, since the trace is the meter; runs called with
-``trace=False`` (evaluations, benchmarks) are neither metered nor limited. The check reads the
-usage before the run, so answers already in flight can take the tenant past the limit by their
-own tokens.
+``llm_tokens_per_day`` counts the tokens (prompt + completion) of every LLM call made for the
+tenant in the last 24 hours, whatever started it: those of its traced answers, recorded on their
+traces (``retrieval.Trace.tokens_in`` + ``tokens_out``, the run's total over its stages), and
+those of every other call, one ``retrieval.LLMUsage`` row each (the quality gate's and
+evaluations' runs, judgment lists, enrichment, summaries, searches, untraced answers).
+
+``TenantLLMMeter`` is the meter ``llm.metering`` binds to a tenant's work (registered by the
+app's ``ready``): every ``LLMClient`` call made inside ``llm_metered`` is refused before it is
+sent (``LLMQuotaExceeded``, which every caller degrades on: the pipelines' LLM-free stages,
+extractive summaries, enrichment without questions) once the tenant's tokens of the last 24 hours
+reached its limit, and is recorded after it. An answer run over the limit does not even start
+its LLM stages: ``pipeline_answer`` answers extractively, marked ``degraded`` with a reason that
+starts ``quota_exceeded:`` and gives the figures (HTTP 200, as when the LLM endpoint fails;
+``docs/quotas.md`` says why). While a tenant has a limit its answers are always traced (unless
+the caller asks for no trace), since the trace is their meter. A check reads the usage before its
+call, so calls already in flight can take the tenant past the limit by their own tokens.
 
 ``quota_usage`` gathers all six quotas (``core.quotas.QUOTAS``) of a tenant: the usage API, the
 portal's sources page and ``manage.py quota`` show it. It lives here because this is the lowest
@@ -17,7 +24,9 @@ layer that reads both the knowledge tables and the traces.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+import threading
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from django.db.models import F, Sum
@@ -25,8 +34,12 @@ from django.utils import timezone
 
 from core.models import Membership, Tenant
 from core.quotas import MB, QUOTA_BY_NAME, QUOTAS, QuotaExceeded, quota_limits, quota_own_limits
+from core.rls import tenant_context
 from knowledge.quotas import KNOWLEDGE_QUOTAS, usage_count
-from retrieval.models import Trace
+from llm import LLMQuotaExceeded, Usage
+from retrieval.models import LLMUsage, Trace
+
+logger = logging.getLogger(__name__)
 
 DAY = timedelta(hours=24)
 # Who may read a tenant's usage (the API, the portal): those who can act on it (delete documents,
@@ -83,16 +96,14 @@ class QuotaUsage:
 
 
 def llm_tokens_used(*, tenant: Tenant | int, now=None) -> int:
-    """LLM tokens (prompt + completion) of ``tenant``'s answer traces created in the 24 hours
-    before ``now`` (default: the current time). One query on the traces' (tenant, created_at)
-    index."""
+    """LLM tokens (prompt + completion) of ``tenant``'s calls in the 24 hours before ``now``
+    (default: the current time): its answer traces' and its ``LLMUsage`` records'. Two sums, each
+    on its table's (tenant, created_at) index."""
     since = (now or timezone.now()) - DAY
-    total = (
-        Trace.objects.for_tenant(tenant)
-        .filter(created_at__gt=since)
-        .aggregate(tokens=Sum(F("tokens_in") + F("tokens_out")))["tokens"]
-    )
-    return int(total or 0)
+    tokens = Sum(F("tokens_in") + F("tokens_out"))
+    traced = Trace.objects.for_tenant(tenant).filter(created_at__gt=since).aggregate(tokens=tokens)["tokens"]
+    other = LLMUsage.objects.for_tenant(tenant).filter(created_at__gt=since).aggregate(tokens=tokens)["tokens"]
+    return int(traced or 0) + int(other or 0)
 
 
 def llm_quota_get(*, tenant: Tenant | int) -> QuotaUsage | None:
@@ -110,6 +121,77 @@ def llm_quota_error(usage: QuotaUsage) -> QuotaExceeded | None:
     if usage.limit is None or usage.used < usage.limit:
         return None
     return QuotaExceeded(quota=QUOTA_BY_NAME[usage.name], limit=usage.limit, used=usage.used)
+
+
+class TenantLLMMeter:
+    """A tenant's daily LLM tokens as ``llm.metering`` meters them (``llm_meter_for`` builds it).
+
+    ``check`` refuses a call (``LLMQuotaExceeded``, with the figures) once the tokens of the last
+    24 hours, with those this meter counted and not written yet, reached the limit: one lookup of
+    the limit, and the day's sums when there is one; once refused, the meter refuses every later
+    call without asking again. ``record`` counts one call's tokens and writes them as one
+    ``LLMUsage`` row (unless ``record`` is false: a traced answer's trace will hold them). Rows
+    are written by the thread that bound the meter: a call in another thread (``LLMClient.map``'s
+    workers) leaves its row for the next ``record`` there or for ``flush``, which
+    ``llm_metered`` calls when its block ends. A failed write is logged, never raised into a call.
+    """
+
+    def __init__(self, *, tenant: int, purpose: str, record: bool = True):
+        self.tenant_id, self.purpose, self.recording = tenant, purpose, record
+        self.refused: LLMQuotaExceeded | None = None
+        self._thread = threading.get_ident()
+        self._lock = threading.Lock()
+        self._pending: list[Usage] = []
+        self._unwritten = 0  # tokens counted here and not in the tables yet
+
+    def check(self) -> None:
+        if self.refused is None:
+            quota = llm_quota_get(tenant=self.tenant_id)
+            if quota is not None:
+                with self._lock:
+                    used = quota.used + self._unwritten
+                error = llm_quota_error(replace(quota, used=used))
+                if error is not None:
+                    self.refused = LLMQuotaExceeded(error.message)
+        if self.refused is not None:
+            raise LLMQuotaExceeded(self.refused.message)
+
+    def record(self, usage: Usage) -> None:
+        with self._lock:
+            self._unwritten += max(usage.tokens_in, 0) + max(usage.tokens_out, 0)
+            if self.recording:
+                self._pending.append(usage)
+        if threading.get_ident() == self._thread:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the rows counted so far (on the thread that bound the meter)."""
+        with self._lock:
+            pending, self._pending = self._pending, []
+        if not pending:
+            return
+        rows = [
+            LLMUsage(
+                tenant_id=self.tenant_id,
+                purpose=self.purpose[:40],
+                tokens_in=max(usage.tokens_in, 0),
+                tokens_out=max(usage.tokens_out, 0),
+            )
+            for usage in pending
+        ]
+        try:
+            with tenant_context(self.tenant_id):
+                LLMUsage.objects.bulk_create(rows)
+        except Exception:  # the database's own errors too (row-level security wraps the driver)
+            logger.exception("Could not record %s LLM tokens of tenant %s", self.purpose, self.tenant_id)
+            return
+        with self._lock:
+            self._unwritten -= sum(row.tokens_in + row.tokens_out for row in rows)
+
+
+def llm_meter_for(*, tenant: int, purpose: str, record: bool = True) -> TenantLLMMeter:
+    """The meter ``llm.metering.llm_metered`` binds (its factory, set in ``RetrievalConfig.ready``)."""
+    return TenantLLMMeter(tenant=tenant, purpose=purpose, record=record)
 
 
 def quota_usage(*, tenant: Tenant) -> dict[str, QuotaUsage]:

@@ -35,7 +35,7 @@ from django.utils import timezone
 from core import metrics, telemetry
 from core.errors import InvalidInput
 from llm import Usage
-from retrieval.models import Trace, TraceStep
+from retrieval.models import LLMUsage, Trace, TraceStep
 from retrieval.types import Step
 
 MAX_SUMMARY_ITEMS = 50  # items kept of any list (or mapping) in a summary
@@ -154,14 +154,22 @@ def trace_save(
 
 
 def traces_prune(*, older_than_days: int) -> int:
-    """Delete every tenant's traces (and their steps) created more than ``older_than_days`` ago.
+    """Delete every tenant's traces (and their steps) created more than ``older_than_days`` ago,
+    and the ``LLMUsage`` records as old (the LLM tokens quota reads only the last 24 hours).
 
-    Deletes in batches of ``PRUNE_BATCH_SIZE`` traces, each in its own short transaction, so a
+    Deletes in batches of ``PRUNE_BATCH_SIZE`` rows, each in its own short transaction, so a
     large backlog never holds long locks. Returns the number of traces deleted.
     """
     if older_than_days < 1:
         raise InvalidInput(f"older_than_days must be at least 1, not {older_than_days}.")
     cutoff = timezone.now() - dt.timedelta(days=older_than_days)
+    while True:
+        ids = list(
+            LLMUsage.objects.filter(created_at__lt=cutoff).order_by().values_list("pk", flat=True)[:PRUNE_BATCH_SIZE]
+        )
+        if not ids:
+            break
+        LLMUsage.objects.filter(pk__in=ids).delete()
     deleted = 0
     while True:
         ids = list(

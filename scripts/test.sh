@@ -17,4 +17,10 @@ command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq
   || { echo "An import breaks the layers or makes a cycle (.importlinter): see above." >&2; exit 1; }
 .venv/bin/python manage.py makemigrations --check --dry-run >/dev/null \
   || { echo "Models changed without a migration: run manage.py makemigrations." >&2; exit 1; }
-exec .venv/bin/python -m pytest -q --create-db "$@"
+# Both cores: two pytest-xdist workers, each with its own test database and live servers, a test
+# file at a time (its module fixtures built once); KB_TEST_WORKERS=0 runs in this process. The 25
+# slowest tests are printed at the end of every run (docs/testing.md).
+workers="${KB_TEST_WORKERS:-2}"
+parallel=()
+[ "$workers" != "0" ] && parallel=(-n "$workers" --dist loadfile)
+exec .venv/bin/python -m pytest -q --create-db --durations=25 "${parallel[@]}" "$@"

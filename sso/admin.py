@@ -84,6 +84,7 @@ class TenantSsoAdmin(SuperuserOnlyMixin, admin.ModelAdmin):
             "default_role",
             "groups_claim",
             "create_memberships",
+            "allow_other_tenants_members",
             "updated_at",
         ]
 
@@ -116,13 +117,14 @@ class TenantSsoAdmin(SuperuserOnlyMixin, admin.ModelAdmin):
 
 @admin.register(Identity)
 class IdentityAdmin(SuperuserOnlyMixin, admin.ModelAdmin):
-    """Which provider account signs in as which user; deleting a row unlinks it (the next sign-in
-    links again by verified email, or makes a new account where allowed)."""
+    """Which provider account signs in as which user, and through which tenant's provider (none:
+    the installation's); deleting a row unlinks it (the next sign-in links again by verified
+    email, or makes a new account where allowed)."""
 
-    list_display = ["user", "issuer", "subject", "created_at", "last_signed_in_at"]
-    list_select_related = ["user"]
-    search_fields = ["user__username", "issuer", "subject"]
-    readonly_fields = ["issuer", "subject", "user", "created_at", "last_signed_in_at"]
+    list_display = ["user", "tenant", "issuer", "subject", "created_at", "last_signed_in_at"]
+    list_select_related = ["user", "tenant"]
+    search_fields = ["user__username", "tenant__slug", "issuer", "subject"]
+    readonly_fields = ["tenant", "issuer", "subject", "user", "created_at", "last_signed_in_at"]
 
     def has_add_permission(self, request, obj=None):
         return False

@@ -60,6 +60,14 @@ class TenantSso(models.Model):
         help_text="Give a membership (and, if needed, an account) to whoever signs in through this provider "
         "without one. Off: only existing members may sign in.",
     )
+    # Operator only, like every field here: whether this tenant's provider may vouch for an account
+    # that belongs to other tenants too (sso.services).
+    allow_other_tenants_members = models.BooleanField(
+        default=False,
+        help_text="Let this provider sign in (and link by verified email) accounts that are also members of other "
+        "tenants, e.g. several tenants of one organisation on one provider. Signed in this way they act in this "
+        "tenant only. Off: such accounts sign in with their password or the installation's provider.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -88,8 +96,20 @@ class TenantSso(models.Model):
 
 class Identity(models.Model):
     """A provider's account, named by its issuer and subject (the ``iss`` and ``sub`` claims of a
-    verified ID token), signed in as ``user``. Made at the account's first sign-in."""
+    verified ID token), signed in as ``user``. Made at the account's first sign-in.
 
+    The link belongs to the provider that made it: ``tenant`` is the tenant whose own provider
+    linked it (``None``: the installation's provider), and only that provider signs in through it.
+    Another tenant's provider with the same issuer never reaches the account through this row."""
+
+    tenant = models.ForeignKey(
+        Tenant,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="sso_identities",
+        help_text="The tenant whose provider linked the account; empty: the installation's provider.",
+    )
     issuer = models.CharField(max_length=500)
     subject = models.CharField(max_length=255)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sso_identities")
@@ -99,8 +119,13 @@ class Identity(models.Model):
     class Meta:
         verbose_name_plural = "identities"
         constraints = [
-            # One account here per provider account; the sign-in's lookup uses its index.
-            models.UniqueConstraint(fields=["issuer", "subject"], name="identity_unique_issuer_subject"),
+            # One account here per provider account and tenant (the installation's provider's links,
+            # with no tenant, count as one tenant); the sign-in's lookup uses its index.
+            models.UniqueConstraint(
+                fields=["issuer", "subject", "tenant"],
+                name="identity_unique_issuer_subject_tenant",
+                nulls_distinct=False,
+            ),
         ]
 
     def __str__(self) -> str:

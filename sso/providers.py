@@ -11,17 +11,26 @@ Two kinds of provider:
   userinfo URLs, and whoever runs that provider (often the tenant) writes it. So every fetch for a
   tenant's provider, discovery included, connects through ``core.outbound``: public addresses
   only, or the ranges the operator opened (``KB_FETCH_ALLOWED_NETWORKS``), each redirect hop
-  checked, no proxies from the environment, at most ``FETCH_MAX_BYTES`` per fetch.
+  checked, no proxies from the environment, at most ``FETCH_MAX_BYTES`` read by the fetches of
+  one step.
+
+For both kinds, every answer is read whole as it arrives and decompressed here, in small steps,
+never past ``FETCH_MAX_BYTES`` once decompressed (all the answers of one step together): a small
+gzip body that inflates to gigabytes (a "gzip bomb") is refused after 1 MB of it. Only gzip and
+deflate are asked for and read.
 
 The browser, not this server, follows the authorization endpoint. Discovery documents (with the
-provider's JWKS) are kept per process for ``METADATA_TTL_S``; a token signed with a key the kept
-JWKS lacks makes Authlib fetch the JWKS again.
+provider's JWKS) are kept per process for ``METADATA_TTL_S``, and a failure to read them for
+``KB_SSO_DISCOVERY_FAILURE_TTL_S`` (so anonymous requests that start a sign-in cannot make this
+server fetch again and again); a token signed with a key the kept JWKS lacks makes Authlib fetch
+the JWKS again.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import zlib
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -37,6 +46,11 @@ LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 METADATA_TTL_S = 600
 FETCH_TIMEOUT_S = 10
 FETCH_MAX_BYTES = 1024 * 1024
+# What one step's answers may read once decompressed, together; and the size of each read.
+FETCH_MAX_DECODED_BYTES = FETCH_MAX_BYTES
+_READ_BYTES = 16 * 1024
+# The encodings asked for (Accept-Encoding) and read; an answer in another is refused.
+ACCEPT_ENCODING = "gzip, deflate"
 # ID tokens are verified with the provider's public keys (JWKS) only: never HS256 with the client
 # secret, never "none".
 SIGNING_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
@@ -99,7 +113,9 @@ def scopes_problem(scopes: str) -> str | None:
 @dataclass(frozen=True)
 class Provider:
     """One provider as sign-in uses it. ``tenant`` is ``None`` for the installation's; ``guarded``:
-    its fetches go through ``core.outbound``."""
+    its fetches go through ``core.outbound``; ``allow_other_tenants_members``: the operator lets
+    this tenant's provider sign in accounts that are members of other tenants too
+    (``TenantSso.allow_other_tenants_members``)."""
 
     name: str
     issuer: str
@@ -108,6 +124,7 @@ class Provider:
     scopes: str
     tenant: Tenant | None = None
     guarded: bool = True
+    allow_other_tenants_members: bool = False
 
     @property
     def key(self) -> str:
@@ -186,14 +203,141 @@ def tenant_provider(*, slug: str) -> Provider | None:
         scopes=row.scopes,
         tenant=tenant,
         guarded=True,
+        allow_other_tenants_members=row.allow_other_tenants_members,
     )
 
 
 # ---- fetches ----------------------------------------------------------------------------------
 
 
+class _DecodedBudget:
+    """Bytes the answers of one step may still hold once decompressed."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = self.left = max_bytes
+
+    def spend(self, count: int) -> None:
+        self.left -= count
+        if self.left < 0:
+            raise ProviderUnavailable(
+                f"The identity provider's answer is larger than {self.max_bytes / 2**20:g} MB once decompressed."
+            )
+
+
+def _coding(content_encoding: str) -> str:
+    """The one coding of a ``Content-Encoding`` header to undo: ``gzip``, ``deflate`` or ``""``.
+    ``ProviderUnavailable`` for any other, or for several."""
+    codings = [c.strip().lower() for c in content_encoding.split(",") if c.strip().lower() not in ("", "identity")]
+    codings = ["gzip" if c == "x-gzip" else c for c in codings]
+    if len(codings) > 1 or (codings and codings[0] not in ("gzip", "deflate")):
+        raise ProviderUnavailable(
+            f"The identity provider's answer is encoded as {content_encoding[:100]!r}; only gzip or deflate is read."
+        )
+    return codings[0] if codings else ""
+
+
+def _decompressor(coding: str, *, raw_deflate: bool = False):
+    if coding == "gzip":
+        return zlib.decompressobj(16 + zlib.MAX_WBITS)
+    return zlib.decompressobj(-zlib.MAX_WBITS if raw_deflate else zlib.MAX_WBITS)
+
+
+def _chunks(raw):
+    """``raw``'s body as it arrives, still encoded; ``requests.ConnectionError`` when reading fails."""
+    import requests
+    from urllib3.exceptions import HTTPError as Urllib3Error
+
+    while True:
+        try:
+            data = raw.read(_READ_BYTES, decode_content=False)
+        except Urllib3Error as exc:
+            raise requests.ConnectionError(f"could not read the answer: {type(exc).__name__}") from exc
+        if not data:
+            return
+        yield data
+
+
+def body_read(raw, *, content_encoding: str, budget: _DecodedBudget) -> bytes:
+    """The whole body of ``raw`` (a urllib3 response whose body is not read yet), decompressed as
+    ``content_encoding`` says (gzip, deflate or none) in steps that never make more than the
+    bytes ``budget`` has left, so memory never holds more than that, whatever the compressed body
+    would inflate to. Bytes after the end of the compressed stream are ignored (as urllib3 does),
+    but count against the budget.
+
+    ``ProviderUnavailable`` past the budget, for another encoding, or for a body that does not
+    decompress; ``requests.ConnectionError`` when the connection fails while reading.
+    """
+    coding = _coding(content_encoding)
+    body = bytearray()
+    if not coding:
+        for data in _chunks(raw):
+            budget.spend(len(data))
+            body += data
+        return bytes(body)
+    decoder = _decompressor(coding)
+    fresh = True  # the decoder has made nothing yet
+    raw_deflate = False
+    ended = False  # the compressed stream ended
+    for data in _chunks(raw):
+        if ended:
+            budget.spend(len(data))
+        while data and not ended:
+            try:
+                piece = decoder.decompress(data, budget.left + 1)
+            except zlib.error:
+                if coding == "deflate" and not body and not raw_deflate:  # deflate without its zlib wrapper
+                    decoder, raw_deflate = _decompressor(coding, raw_deflate=True), True
+                    continue
+                if fresh and body:  # not another gzip member after the last: ignored
+                    ended = True
+                    budget.spend(len(data))
+                    break
+                raise ProviderUnavailable("The identity provider's answer could not be decompressed.") from None
+            budget.spend(len(piece))
+            body += piece
+            fresh = fresh and not piece
+            if not decoder.eof:
+                data = decoder.unconsumed_tail
+            elif coding == "gzip":  # another member may follow
+                data, decoder, fresh = decoder.unused_data, _decompressor(coding), True
+            else:
+                ended = True
+                budget.spend(len(decoder.unused_data))
+    return bytes(body)
+
+
+def _decoded_cap(adapter_class, budget: _DecodedBudget):
+    """``adapter_class`` (a requests ``HTTPAdapter``) reading each answer whole as it arrives with
+    ``body_read`` under ``budget``, so requests itself never decompresses an answer (redirects'
+    bodies included)."""
+
+    class DecodedCapAdapter(adapter_class):
+        def build_response(self, req, resp):
+            response = super().build_response(req, resp)
+            try:
+                response._content = body_read(
+                    resp, content_encoding=response.headers.get("Content-Encoding", ""), budget=budget
+                )
+            except BaseException:
+                resp.close()
+                raise
+            response._content_consumed = True
+            resp.release_conn()
+            return response
+
+    return DecodedCapAdapter
+
+
+def _plain_adapter():
+    """A requests adapter as requests makes them, with the decompressed-bytes cap."""
+    from requests.adapters import HTTPAdapter
+
+    return _decoded_cap(HTTPAdapter, _DecodedBudget(FETCH_MAX_DECODED_BYTES))()
+
+
 def _guarded_adapter():
-    """A requests adapter whose connections (redirects included) go through ``core.outbound``."""
+    """A requests adapter whose connections (redirects included) go through ``core.outbound``,
+    with the decompressed-bytes cap."""
     from requests.adapters import HTTPAdapter
 
     from core.outbound import guarded_pool_manager
@@ -211,12 +355,14 @@ def _guarded_adapter():
                 **pool_kwargs,
             )
 
-    return GuardedAdapter()
+    return _decoded_cap(GuardedAdapter, _DecodedBudget(FETCH_MAX_DECODED_BYTES))()
 
 
 def session_class(provider: Provider):
-    """Authlib's requests session for ``provider``: a timeout on every request, and for a guarded
-    provider the ``core.outbound`` adapter and no proxies from the environment."""
+    """Authlib's requests session for ``provider``: a timeout on every request, only gzip and
+    deflate asked for, every answer decompressed under ``FETCH_MAX_DECODED_BYTES`` (module
+    docstring), and for a guarded provider the ``core.outbound`` adapter and no proxies from the
+    environment. One session is one step (discovery and keys, the code exchange, the userinfo)."""
     from authlib.integrations.requests_client import OAuth2Session
 
     class ProviderSession(OAuth2Session):
@@ -224,23 +370,26 @@ def session_class(provider: Provider):
             kwargs.setdefault("default_timeout", FETCH_TIMEOUT_S)
             super().__init__(*args, **kwargs)
             self.max_redirects = 5
+            self.headers["Accept-Encoding"] = ACCEPT_ENCODING
             if provider.guarded:
                 self.trust_env = False  # environment proxies would hide the address from the check
-                adapter = _guarded_adapter()
-                self.mount("http://", adapter)
-                self.mount("https://", adapter)
+            adapter = _guarded_adapter() if provider.guarded else _plain_adapter()
+            self.mount("http://", adapter)
+            self.mount("https://", adapter)
 
     return ProviderSession
 
 
 _metadata: dict[tuple[str, bool], tuple[float, dict]] = {}
+_failures: dict[tuple[str, bool], tuple[float, str]] = {}
 _metadata_lock = threading.Lock()
 
 
 def metadata_forget() -> None:
-    """Drop every kept discovery document (tests, a provider that changed its keys)."""
+    """Drop every kept discovery document and kept failure (tests, a provider that changed its keys)."""
     with _metadata_lock:
         _metadata.clear()
+        _failures.clear()
 
 
 def _get_json(session, url: str, what: str) -> dict:
@@ -256,17 +405,38 @@ def metadata_get(provider: Provider) -> dict:
     """The provider's discovery document (the keys Authlib needs) with its JWKS under ``jwks``,
     fetched or kept for ``METADATA_TTL_S``.
 
-    ``ProviderUnavailable`` when it cannot be fetched, its ``issuer`` is not exactly the
-    configured one (so a provider cannot pass itself off as another's issuer), or it lacks an
-    endpoint; ``core.outbound.AddressNotAllowed`` when a guarded fetch would reach a refused address.
+    ``ProviderUnavailable`` when it cannot be fetched, is larger than ``FETCH_MAX_DECODED_BYTES``
+    once decompressed, its ``issuer`` is not exactly the configured one (so a provider cannot pass
+    itself off as another's issuer), or it lacks an endpoint; ``core.outbound.AddressNotAllowed``
+    when a guarded fetch would reach a refused address. A failure is kept for
+    ``KB_SSO_DISCOVERY_FAILURE_TTL_S`` seconds: meanwhile the same ``ProviderUnavailable``
+    (its message) is raised again without fetching.
     """
-    import requests
-
     key = (provider.discovery_url, provider.guarded)
+    now = time.monotonic()
     with _metadata_lock:
         kept = _metadata.get(key)
-    if kept is not None and time.monotonic() - kept[0] < METADATA_TTL_S:
+        failed = _failures.get(key)
+    if kept is not None and now - kept[0] < METADATA_TTL_S:
         return dict(kept[1])
+    if failed is not None and now - failed[0] < settings.KB_SSO_DISCOVERY_FAILURE_TTL_S:
+        raise ProviderUnavailable(failed[1])
+    try:
+        metadata = _metadata_fetch(provider)
+    except ApplicationError as exc:
+        with _metadata_lock:
+            _failures[key] = (time.monotonic(), exc.message)
+        raise
+    with _metadata_lock:
+        _metadata[key] = (time.monotonic(), metadata)
+        _failures.pop(key, None)
+    return dict(metadata)
+
+
+def _metadata_fetch(provider: Provider) -> dict:
+    """The discovery document and JWKS, fetched now (``metadata_get``; same errors)."""
+    import requests
+
     try:
         with session_class(provider)() as session:
             document = _get_json(session, provider.discovery_url, "discovery document")
@@ -286,9 +456,7 @@ def metadata_get(provider: Provider) -> dict:
         a for a in metadata.get("id_token_signing_alg_values_supported") or ["RS256"] if a in SIGNING_ALGORITHMS
     ]
     metadata["id_token_signing_alg_values_supported"] = algorithms or ["RS256"]
-    with _metadata_lock:
-        _metadata[key] = (time.monotonic(), metadata)
-    return dict(metadata)
+    return metadata
 
 
 def oauth_client(provider: Provider):

@@ -3,12 +3,17 @@ operator's writes to a tenant's single sign-on.
 
 Who a sign-in is (``signin_complete``):
 
-1. the account linked to the claims' issuer and subject (``sso.Identity``), else
-2. an existing account with the same **verified** email (``email_verified`` true), linked now.
-   Through a tenant's own provider only an account that belongs to that tenant alone, and is not
-   a superuser, may be linked: another tenant's provider cannot take over an account here.
+1. the account linked to the claims' issuer and subject by this same provider (``sso.Identity``:
+   a link made through a tenant's provider serves that tenant's provider only), else
+2. an existing account with the same **verified** email (``email_verified`` true), linked now,
 3. else, where a tenant allows it (``TenantSso.create_memberships``), a new account (no
    password: it signs in through the provider only).
+
+A tenant's own provider is run by, or for, that tenant, so it vouches for that tenant alone
+(``_tenant_provider_may_sign_in``): it never signs in or links a staff account or a superuser,
+nor an account that is a member of another tenant too unless the operator allowed it for this
+provider (``TenantSso.allow_other_tenants_members``); and the sign-in it makes acts in its tenant
+only (``core.memberships.membership_bind``, in ``sso.views``).
 
 Which memberships: a tenant's own provider maps into that tenant; the installation's into every
 tenant whose single sign-on uses it (``TenantSso`` with no issuer). In each such tenant an
@@ -21,7 +26,10 @@ are never given by a provider: the operator gives them.
 
 The changes a sign-in makes are recorded in the audit log as by ``SSO_ACTOR``; the sign-in itself
 by ``core.audit`` (``signin.succeeded``, with the provider in ``changes``), and a refused one by
-``signin_failure_record`` (``signin.failed``, with the provider and the reason).
+``signin_failure_record`` (``signin.failed``, with the provider and the reason), once per
+provider, client address and reason in each ``KB_SSO_REFUSAL_WINDOW_S``; past
+``KB_SSO_REFUSAL_LIMIT`` refusals in a window that address's sign-ins at that provider are
+throttled (``signin_throttle_check``).
 """
 
 from __future__ import annotations
@@ -29,7 +37,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.core.cache import caches
 from django.db import transaction
 from django.utils import timezone
 
@@ -40,6 +50,7 @@ from core.audit import (
     audit_fields_diff,
     audit_record,
     audit_record_user_tenants,
+    client_ip,
 )
 from core.errors import ApplicationError, InvalidInput, NotFound
 from core.memberships import membership_save
@@ -59,7 +70,8 @@ USERNAME_MAX = 150
 class SigninRefused(ApplicationError):
     """A sign-in through a provider that cannot go on; ``code`` is the reason recorded in the audit
     log (``bad_state``, ``provider_error``, ``provider_unavailable``, ``invalid_token``,
-    ``no_membership``, ``account_not_linkable``, ``inactive``), ``message`` is for the person."""
+    ``no_membership``, ``account_not_linkable``, ``member_elsewhere``, ``staff_account``,
+    ``inactive``, ``throttled``), ``message`` is for the person."""
 
     code = "signin_refused"
     status = 403
@@ -127,12 +139,63 @@ def _tenant_ids_of(user) -> set[int]:
 # ---- who signs in -----------------------------------------------------------------------------
 
 
+def _provider_scope(provider: Provider):
+    """The row-level-security scope of ``provider``'s links (``sso.Identity``): its tenant's, or
+    for the installation's provider (links with no tenant) the owner's."""
+    return tenant_context(provider.tenant) if provider.tenant is not None else rls_bypass()
+
+
+def _identity_find(provider: Provider, subject: str) -> Identity | None:
+    """The link ``provider`` made for ``subject`` (its issuer's, its tenant's), or ``None``: a link
+    made through another tenant's provider, even one with the same issuer, is never used."""
+    with _provider_scope(provider):
+        return (
+            Identity.objects.select_related("user")
+            .filter(issuer=provider.issuer, subject=subject, tenant=provider.tenant)
+            .first()
+        )
+
+
+def _tenant_provider_may_sign_in(provider: Provider, account, *, email: str = "") -> None:
+    """``SigninRefused`` when ``provider``, a tenant's own, may not sign in (or, with ``email``,
+    link by that email) ``account``: a staff account or superuser (``staff_account``), or a member
+    of another tenant too while the operator has not allowed that for this provider
+    (``account_not_linkable`` when linking, ``member_elsewhere`` when already linked). The
+    installation's provider may sign in any account."""
+    if provider.tenant is None:
+        return
+    if account.is_staff or account.is_superuser:
+        raise SigninRefused(
+            f"This is a staff account here: it never signs in through {provider.name}, a team's own provider. "
+            "Sign in with its password.",
+            code="staff_account",
+            user=account,
+        )
+    if provider.allow_other_tenants_members or not (_tenant_ids_of(account) - {provider.tenant.pk}):
+        return
+    if email:
+        raise SigninRefused(
+            f"An account with the email {email} already exists here and cannot be linked through {provider.name}. "
+            "Sign in with its password, or ask the operator.",
+            code="account_not_linkable",
+            user=account,
+        )
+    raise SigninRefused(
+        f"Your account here belongs to other teams besides {provider.tenant.name}, so {provider.name} cannot "
+        "sign it in. Sign in with your password, or ask the operator.",
+        code="member_elsewhere",
+        user=account,
+    )
+
+
 def _account_for(provider: Provider, claims: dict):
     """The account to sign in as: linked, or matched by verified email (module docstring); ``None``
-    for a new one. ``SigninRefused`` for an account this provider may not link, or several."""
+    for a new one. ``SigninRefused`` for an account this provider may not sign in or link
+    (``_tenant_provider_may_sign_in``), or several with the email."""
     User = get_user_model()
-    identity = Identity.objects.select_related("user").filter(issuer=provider.issuer, subject=claims["sub"]).first()
+    identity = _identity_find(provider, claims["sub"])
     if identity is not None:
+        _tenant_provider_may_sign_in(provider, identity.user)
         return identity.user
     email = _email_verified(claims)
     if not email:
@@ -146,13 +209,7 @@ def _account_for(provider: Provider, claims: dict):
             code="account_not_linkable",
         )
     account = accounts[0]
-    if provider.tenant is not None and (account.is_superuser or _tenant_ids_of(account) - {provider.tenant.pk}):
-        raise SigninRefused(
-            f"An account with the email {email} already exists here and cannot be linked through {provider.name}. "
-            "Sign in with its password, or ask the operator.",
-            code="account_not_linkable",
-            user=account,
-        )
+    _tenant_provider_may_sign_in(provider, account, email=email)
     return account
 
 
@@ -235,11 +292,12 @@ def signin_complete(*, provider: Provider, claims: dict):
             )
             user.set_unusable_password()
             user.save(update_fields=["password"])
-        identity, _ = Identity.objects.get_or_create(
-            issuer=provider.issuer, subject=claims["sub"], defaults={"user": user}
-        )
-        identity.last_signed_in_at = timezone.now()
-        identity.save(update_fields=["last_signed_in_at"])
+        with _provider_scope(provider):
+            identity, _ = Identity.objects.get_or_create(
+                issuer=provider.issuer, subject=claims["sub"], tenant=provider.tenant, defaults={"user": user}
+            )
+            identity.last_signed_in_at = timezone.now()
+            identity.save(update_fields=["last_signed_in_at"])
         for target in plan:
             with tenant_context(target.tenant):
                 if target.role is not None:
@@ -249,11 +307,59 @@ def signin_complete(*, provider: Provider, claims: dict):
     return user, provider.tenant
 
 
-def signin_failure_record(*, provider: Provider, reason: str, request=None, user=None, claims: dict | None = None):
-    """Record a refused sign-in through ``provider`` (``signin.failed``, by ``anonymous``): in the
-    provider's tenant, or for the installation's, in each tenant of ``user`` (none for no user).
-    ``changes``: the provider, its issuer, ``reason`` and, when known, the account's subject and
-    name at the provider."""
+# ---- refusals: throttled, and recorded once per window ------------------------------------------
+
+THROTTLES = "throttles"  # the cache alias (config/settings.py): Redis when REDIS_URL is set
+
+
+def _throttle_key(provider: Provider, request, *parts: str) -> str:
+    where = f"tenant-{provider.tenant.pk}" if provider.tenant is not None else "installation"
+    address = (client_ip(request) if request is not None else None) or "unknown"
+    return ":".join(("kb-sso-refused", where, address, *parts))
+
+
+def _window_count_up(key: str) -> int:
+    """Count one more in ``key``'s window (``KB_SSO_REFUSAL_WINDOW_S`` from its first); the count."""
+    cache, window = caches[THROTTLES], settings.KB_SSO_REFUSAL_WINDOW_S
+    if cache.add(key, 1, timeout=window):
+        return 1
+    try:
+        return cache.incr(key)
+    except ValueError:  # the window ended meanwhile
+        cache.add(key, 1, timeout=window)
+        return 1
+
+
+def signin_throttle_check(*, provider: Provider, request) -> None:
+    """``SigninRefused`` (``throttled``, 429) when ``request``'s client address has had
+    ``KB_SSO_REFUSAL_LIMIT`` sign-ins at ``provider`` refused in the current window
+    (``KB_SSO_REFUSAL_WINDOW_S`` from the first): its sign-ins there wait for the window's end.
+    Called before any work (no fetch, no code exchange)."""
+    count = caches[THROTTLES].get(_throttle_key(provider, request, "count")) or 0
+    if count >= settings.KB_SSO_REFUSAL_LIMIT:
+        minutes = max(1, round(settings.KB_SSO_REFUSAL_WINDOW_S / 60))
+        raise SigninRefused(
+            f"Too many sign-ins through {provider.name} from your address were refused just now. "
+            f"Wait up to {minutes} minute{'s' if minutes != 1 else ''}, then try again, or sign in with your password.",
+            code="throttled",
+            status=429,
+        )
+
+
+def signin_failure_record(
+    *, provider: Provider, reason: str, request=None, user=None, claims: dict | None = None
+) -> bool:
+    """Count a refused sign-in through ``provider`` against ``request``'s client address
+    (``signin_throttle_check``; a ``throttled`` refusal is not counted again) and record it
+    (``signin.failed``, by ``anonymous``) unless the same provider, address and reason was already
+    recorded in the current window (``KB_SSO_REFUSAL_WINDOW_S``): in the provider's tenant, or for
+    the installation's, in each tenant of ``user`` (none for no user). ``changes``: the provider,
+    its issuer, ``reason`` and, when known, the account's subject and name at the provider.
+    Returns whether it was recorded."""
+    if reason != "throttled":
+        _window_count_up(_throttle_key(provider, request, "count"))
+    if _window_count_up(_throttle_key(provider, request, "recorded", reason)) > 1:
+        return False
     changes = {**provider.audit_details(), "reason": reason}
     claims = claims or {}
     if claims.get("sub"):
@@ -268,6 +374,7 @@ def signin_failure_record(*, provider: Provider, reason: str, request=None, user
             audit_record(action=SIGNIN_FAILED, tenant=provider.tenant, request=request, changes=changes, **details)
         else:
             audit_record_user_tenants(action=SIGNIN_FAILED, user=user, request=request, changes=changes, **details)
+    return True
 
 
 # ---- the operator's settings --------------------------------------------------------------------
@@ -283,6 +390,7 @@ EDITABLE = [
     "default_role",
     "groups_claim",
     "create_memberships",
+    "allow_other_tenants_members",
 ]
 
 
@@ -333,8 +441,9 @@ def tenant_sso_save(*, tenant: Tenant, values: dict, client_secret: str | None =
         for name, value in values.items():
             setattr(sso, name, value)
         sso.issuer = issuer_normalize(sso.issuer)
-        if sso.uses_installation_provider:
+        if sso.uses_installation_provider:  # the installation's provider signs in any account
             sso.client_id, client_secret = "", ""
+            sso.allow_other_tenants_members = False
         secret_changed = client_secret is not None and client_secret != sso.client_secret
         if client_secret is not None:
             sso.client_secret = client_secret

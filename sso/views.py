@@ -4,8 +4,11 @@
 (Authlib's state data) and redirects to the provider's authorization endpoint. ``signin_callback``
 checks the state, exchanges the code (with the verifier) at the token endpoint, verifies the ID
 token against the provider's JWKS, reads the userinfo, and hands the claims to
-``sso.services.signin_complete``; then signs the user in. Every refusal is a page that says why
-(never a 500) and a ``signin.failed`` event naming the provider and the reason.
+``sso.services.signin_complete``; then signs the user in, held to the provider's tenant for a
+tenant's own provider (``core.memberships.membership_bind``). Every refusal is a page that says
+why (never a 500), and a ``signin.failed`` event naming the provider and the reason, once per
+window for a client address (``sso.services.signin_failure_record``); an address refused too
+often is answered 429 before any work (``sso.services.signin_throttle_check``).
 """
 
 from __future__ import annotations
@@ -22,10 +25,10 @@ from django.views.decorators.http import require_GET
 
 from core.audit import SIGNIN_DETAILS
 from core.errors import ApplicationError
-from core.memberships import membership_choose
+from core.memberships import membership_bind, membership_unbind
 from sso.backends import PATH as BACKEND
 from sso.providers import Provider, installation_provider, oauth_client, tenant_provider, userinfo_fetch
-from sso.services import SigninRefused, signin_complete, signin_failure_record
+from sso.services import SigninRefused, signin_complete, signin_failure_record, signin_throttle_check
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +59,10 @@ def _refused(
 ) -> HttpResponse:
     signin_failure_record(provider=provider, reason=refused.code, request=request, user=refused.user, claims=claims)
     context = {"provider": provider, "message": refused.message, "reason": refused.code}
-    return render(request, "sso/refused.html", context, status=refused.status)
+    response = render(request, "sso/refused.html", context, status=refused.status)
+    if refused.status == 429:
+        response["Retry-After"] = str(settings.KB_SSO_REFUSAL_WINDOW_S)
+    return response
 
 
 def _unavailable(provider: Provider, exc: Exception) -> SigninRefused:
@@ -72,8 +78,13 @@ def _unavailable(provider: Provider, exc: Exception) -> SigninRefused:
 @require_GET
 def signin_start(request: HttpRequest, slug: str | None = None) -> HttpResponse:
     """Redirect to the provider's authorization endpoint (``?next=`` is where to go after); 404
-    when there is no such provider; the refusal page (502) when the provider cannot be read."""
+    when there is no such provider; the refusal page (502) when the provider cannot be read, or
+    (429) when this client address was refused too often."""
     provider = _provider(slug)
+    try:
+        signin_throttle_check(provider=provider, request=request)
+    except SigninRefused as refused:
+        return _refused(request, provider, refused)
     try:
         app = oauth_client(provider)
         redirect_uri = request.build_absolute_uri(_callback_path(provider))
@@ -136,11 +147,13 @@ def _claims(request: HttpRequest, provider: Provider) -> tuple[dict, str]:
 @require_GET
 def signin_callback(request: HttpRequest, slug: str | None = None) -> HttpResponse:
     """The provider's redirect back: sign the user in and go on to ``next`` (else the portal);
-    the refusal page (400 for a bad state, provider error or unverifiable token, 403 for no
-    membership, 502 for an unreachable provider) otherwise."""
+    the refusal page (400 for a bad state, provider error or unverifiable token, 403 for an
+    account that may not sign in here, 429 for a client address refused too often, 502 for an
+    unreachable provider) otherwise."""
     provider = _provider(slug)
     claims: dict = {}
     try:
+        signin_throttle_check(provider=provider, request=request)
         claims, next_url = _claims(request, provider)
         user, tenant = signin_complete(provider=provider, claims=claims)
     except SigninRefused as refused:
@@ -148,5 +161,7 @@ def signin_callback(request: HttpRequest, slug: str | None = None) -> HttpRespon
     setattr(user, SIGNIN_DETAILS, provider.audit_details())  # core.audit puts it in signin.succeeded
     login(request, user, backend=BACKEND)
     if tenant is not None:
-        membership_choose(request, slug=tenant.slug)
+        membership_bind(request, slug=tenant.slug)  # a tenant's provider vouches for that tenant only
+    else:
+        membership_unbind(request)
     return HttpResponseRedirect(next_url or resolve_url(settings.LOGIN_REDIRECT_URL))

@@ -1,6 +1,7 @@
 """Shared fixtures: tenants with a few real documents ingested with the real embedder, and the real
 local LLM servers (llama.cpp + Gemma 3 270M, or + Qwen2.5-Coder-1.5B), started once per test run."""
 
+import json
 import os
 import socket
 import subprocess
@@ -15,6 +16,9 @@ from knowledge.services import documents_ingest
 from tests.factories import MembershipFactory, SourceFactory, TenantFactory
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+# Live servers that tests of several folders share, each started once per test run (per worker).
+pytest_plugins = ["tests.sso.idp_server"]
 
 PASTA = ReadDocument(
     external_id="recipes/pasta",
@@ -65,6 +69,42 @@ DATABASES_2025 = replace(
     text="Databases\n\nDjango supports PostgreSQL 14 and higher.",
     published_at=datetime(2025, 4, 2, tzinfo=UTC),
 )
+
+
+def pytest_configure(config):
+    """Test accounts' passwords are hashed with one PBKDF2 iteration (``tests/hashers.py``): the
+    real hasher's million iterations cost 0.2 s at every account made or signed in."""
+    from django.conf import settings
+
+    settings.PASSWORD_HASHERS = ["tests.hashers.FastPBKDF2PasswordHasher", *settings.PASSWORD_HASHERS]
+
+
+def pytest_sessionfinish(session):
+    """Under pytest-xdist a worker hands the security probes' rows it recorded to the controller,
+    which prints the table (``tests/security/probe_table.py``)."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        from tests.security.probe_table import ROWS
+
+        output["probe_rows"] = json.dumps(ROWS)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist's controller: take a finished worker's probe rows."""
+    from tests.security.probe_table import ROWS
+
+    ROWS.extend(json.loads(getattr(node, "workeroutput", {}).get("probe_rows", "[]")))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Print the probe table of the attack tests that ran (``tests/security/probe_table.py``)."""
+    from tests.security.probe_table import probe_table
+
+    table = probe_table()
+    if table:
+        terminalreporter.write_sep("-", "tenant-boundary probes")
+        terminalreporter.write_line(table)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -140,6 +180,14 @@ def admin_member(tenant):
     return membership.user
 
 
+def redis_url(database: int) -> str:
+    """The real local Redis's URL for this test process's database ``database`` (12 to 15, one per
+    module that runs Celery on Redis): under pytest-xdist each worker has four databases of its
+    own (gw0 15-12, gw1 11-8, ...), so two workers' tests never read each other's messages."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return f"redis://127.0.0.1:6379/{database - 4 * int(worker.removeprefix('gw') or 0)}"
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket() as s:
@@ -169,7 +217,9 @@ def _served(model: str):
     from llm.local import local_llm_start
 
     port = free_port()
-    process = local_llm_start(settings.KB_DATA_DIR, port=port, model=model)
+    # One thread: the server shares the cores with the tests (and another xdist worker), where
+    # llama.cpp's spinning threads would stall each other (``local_llm_command``).
+    process = local_llm_start(settings.KB_DATA_DIR, port=port, model=model, threads=1)
     yield f"http://127.0.0.1:{port}/v1"
     process.terminate()
     try:

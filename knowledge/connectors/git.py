@@ -1,11 +1,11 @@
 """The git connector: every supported file of a branch of a git repository, read with dulwich.
 
-``source.location`` is a repository on the workers' disk (a working copy or a bare repository,
-read in place) or a URL (http(s), git, ssh, file, or ``user@host:path``). A URL is fetched into
-a bare repository kept at ``KB_DATA_DIR/git/<tenant id>/<source id>`` (created and fetched in
-full the first time, then only new commits are fetched). Either way, files are read from the
-commit at the tip of ``source.branch`` (empty: the repository's default branch, its ``HEAD``),
-never from a working tree, so uncommitted edits do not count.
+``source.location`` is a repository on the workers' disk (a path or a ``file://`` URL: a working
+copy or a bare repository, read in place, ``knowledge.connectors.git_local``) or an http(s) URL,
+fetched into a bare repository kept at ``KB_DATA_DIR/git/<tenant id>/<source id>`` (created and
+fetched in full the first time, then only new commits are fetched). Either way, files are read
+from the commit at the tip of ``source.branch`` (empty: the repository's default branch, its
+``HEAD``), never from a working tree, so uncommitted edits do not count.
 
 * Selected files: regular files with a supported extension that match the source's include and
   exclude globs; hidden files and folders, symbolic links and submodules are skipped.
@@ -23,14 +23,26 @@ never from a working tree, so uncommitted edits do not count.
 The tenant boundary (``docs/security.md``), checked at every sync:
 
 * a local path or ``file://`` URL is read only inside a folder the operator granted to the
-  tenant (``knowledge.folder_grants``); the repository's control folder, object store,
+  tenant (``knowledge.folder_grants``), still the folder granted; it is opened by descriptor
+  from ``/`` down, without following links, and read through those descriptors
+  (``knowledge.connectors.git_local``), so a repository swapped after the check is not read;
   every link inside the object store and every ``objects/info/alternates`` entry must resolve
   inside a grant too, so a repository cannot borrow another tenant's objects;
 * ``http(s)://`` remotes connect through ``core.outbound`` (public addresses only, every
   redirect hop included, no proxy from the environment); ``ssh://``, ``git://`` and
   ``user@host:path`` remotes are refused (they would use the server's own keys or reach any port);
-* a fetch downloads at most ``KB_GIT_MAX_MB`` and lasts at most ``KB_GIT_TIMEOUT_S`` (each read
-  waits at most ``HTTP_TIMEOUT_S``); past either it stops, and nothing of it is kept;
+* dulwich gets a configuration of its own (``_transport_config``): the workers' ``~/.gitconfig``,
+  ``$XDG_CONFIG_HOME/git/config``, ``/etc/gitconfig`` and ``GIT_CONFIG_*`` are never read, so a
+  ``url.<base>.insteadOf`` there cannot turn a checked https URL into ssh (the server's keys) or
+  ``file://`` (another tenant's repository), and the client dulwich makes must still be an HTTP
+  one to the location's own host (``_transport_check``);
+* a fetch downloads at most ``KB_GIT_MAX_MB``, its responses unpack (``Content-Encoding``) to at
+  most as much, and it lasts at most ``KB_GIT_TIMEOUT_S`` (each read waits at most
+  ``HTTP_TIMEOUT_S``); past any it stops, and nothing of it is kept;
+* every file's blob is sized from its headers before it is inflated
+  (``knowledge.connectors.git_objects``), in a fetched and a local repository alike: one that
+  inflates past ``KB_PARSE_MAX_UNPACKED_MB``, or past ``KB_PARSE_MAX_RATIO`` times its stored size
+  (over 1 MiB), is skipped and named in the run's errors with its size and ratio;
 * the cache lives in the data directory, which can never be granted.
 
 A fetch that fails says only what a tenant may know: "address not allowed", "could not fetch",
@@ -39,11 +51,11 @@ no repository there (404), or the server wants credentials.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import stat
 import time
+import zlib
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
@@ -51,8 +63,8 @@ from tempfile import SpooledTemporaryFile
 from urllib.parse import urlsplit, urlunsplit
 
 from django.conf import settings
-from dulwich.client import HTTPUnauthorized, get_transport_and_path
-from dulwich.config import ConfigDict, StackedConfig
+from dulwich.client import AbstractHttpGitClient, HTTPUnauthorized, get_transport_and_path
+from dulwich.config import ConfigDict
 from dulwich.diff_tree import tree_changes
 from dulwich.errors import NotGitRepository
 from dulwich.objects import Commit, Tree
@@ -60,10 +72,13 @@ from dulwich.repo import Repo
 
 from core.errors import ApplicationError, InvalidInput
 from core.outbound import FETCH_FAILED, NOT_ALLOWED, AddressNotAllowed, FetchLimitExceeded, guarded_pool_manager
+from core.uploads import size_text
 from knowledge.connectors.base import Item, SourceUnreachable, path_selected
+from knowledge.connectors.git_local import local_repository_open
+from knowledge.connectors.git_objects import ObjectDamaged, ObjectSizes
 from knowledge.folder_grants import NOT_ALLOWED as LOCATION_NOT_ALLOWED
 from knowledge.folder_grants import folder_location_check
-from knowledge.ingestion.readers import SUPPORTED_EXTENSIONS, read_bytes
+from knowledge.ingestion.readers import RATIO_EXEMPT_BYTES, SUPPORTED_EXTENSIONS, read_bytes
 from knowledge.models import Source
 
 # Seconds an HTTP(S) fetch may wait for the server before the sync gives up on it.
@@ -109,13 +124,61 @@ def _shown(location: str) -> str:
     return urlunsplit(parts._replace(netloc=host))
 
 
-def _transport_config() -> StackedConfig:
-    """The workers' git configuration, with an HTTP timeout (``HTTP_TIMEOUT_S``) unless it sets one."""
-    config = StackedConfig.default()
-    fallback = ConfigDict()
-    fallback.set((b"http",), b"timeout", str(HTTP_TIMEOUT_S).encode())
-    config.backends.append(fallback)  # the last backend is read last: the workers' own setting wins
+def _transport_config() -> ConfigDict:
+    """dulwich's configuration for a fetch: an HTTP timeout (``HTTP_TIMEOUT_S``) and nothing else.
+
+    Never the workers' own git configuration (``~/.gitconfig``, ``/etc/gitconfig``,
+    ``GIT_CONFIG_*``): its ``url.<base>.insteadOf`` rewrites would apply after the location's
+    checks (an https URL turned into ssh with the server's keys, or into another tenant's
+    ``file://`` repository), and its ``http.*`` settings (extra headers, proxies) to every tenant.
+    """
+    config = ConfigDict()
+    config.set((b"http",), b"timeout", str(HTTP_TIMEOUT_S).encode())
     return config
+
+
+def _transport_check(location: str, client, path: str) -> None:
+    """Refuse (``SourceUnreachable``) a client that would not fetch ``location`` itself: anything but
+    an HTTP client, or one whose URL names another scheme, host or port than the checked location."""
+    wanted = urlsplit(location)
+    try:
+        got = urlsplit(client.get_url(path)) if isinstance(client, AbstractHttpGitClient) else None
+        same = got is not None and (got.scheme, got.hostname, got.port) == (wanted.scheme, wanted.hostname, wanted.port)
+    except ValueError:
+        same = False
+    if not same:
+        raise SourceUnreachable(
+            f"{_shown(location)}: the git client would not fetch this URL itself (a rewrite of it?); nothing was "
+            "fetched.",
+            code=AddressNotAllowed.code,
+        )
+
+
+def _blob_refusal(path: str, sizes: ObjectSizes, blob_id: bytes) -> str:
+    """Why the blob ``blob_id`` of the file ``path`` is not read, from its headers alone (nothing is
+    inflated): it unpacks past ``KB_PARSE_MAX_UNPACKED_MB`` (or a base of its delta chain does), or
+    past ``KB_PARSE_MAX_RATIO`` times its stored size (above 1 MiB). "" when it may be read.
+
+    ``KeyError`` when the blob is missing; ``ObjectDamaged``, ``OSError`` or ``zlib.error`` when its
+    headers cannot be read."""
+    cap, max_ratio = settings.KB_PARSE_MAX_UNPACKED_MB * 2**20, settings.KB_PARSE_MAX_RATIO
+    sized = sizes.of(blob_id)
+    if sized.largest <= cap and sized.size <= RATIO_EXEMPT_BYTES:
+        return ""
+    sized = sizes.of(blob_id, stored=True)
+    if sized.largest > cap:
+        return (
+            f"{path}: the file unpacks to {size_text(sized.largest)} from {size_text(sized.stored)} stored in the "
+            f"repository ({sized.ratio:,} times), more than the limit of {size_text(cap)}; skipped. The file may "
+            "be built to exhaust the server."
+        )
+    if sized.size > max(sized.stored, 1) * max_ratio:
+        return (
+            f"{path}: the file unpacks to {sized.ratio:,} times its stored size ({size_text(sized.size)} from "
+            f"{size_text(sized.stored)}); the limit is {max_ratio} times; skipped. The file may be built to exhaust "
+            "the server."
+        )
+    return ""
 
 
 def _reason(exc: BaseException) -> str:
@@ -213,29 +276,31 @@ class GitConnector:
 
     # -- the repository and its tip ---------------------------------------------------------
 
-    def _open(self) -> tuple[Repo, bytes]:
-        """The repository (open: the caller closes it) and the commit id to read.
+    def _open(self) -> tuple[Repo, bytes, object]:
+        """The repository to read, the commit id to read, and what to close when done.
 
         ``SourceUnreachable`` when the location is not allowed (code ``location_not_allowed`` or
         ``invalid_location``), the repository is missing, cannot be fetched or lacks the branch.
         """
-        if location_is_url(self.location):
-            return self._fetched()
-        path = self._granted(self.location)
+        if location_is_url(self.location) and not self._file_url():
+            repo, tip = self._fetched()
+            return repo, tip, repo
+        local = (urlsplit(self.location).path or "/") if self._file_url() else self.location
+        path = self._granted(local)
         if not path.exists():
             raise SourceUnreachable(f"{self.location}: no such repository (or the workers cannot read it).")
+        opened = local_repository_open(
+            tenant_id=self.source.tenant_id, path=path, shown=_shown(self.location), granted=self._granted
+        )
         try:
-            repo = Repo(str(path))
-        except NotGitRepository:
-            raise SourceUnreachable(f"{self.location}: not a git repository.") from None
-        except OSError as exc:
-            raise SourceUnreachable(f"{self.location}: the repository cannot be read ({_reason(exc)}).") from None
-        try:
-            self._repository_check(repo)
-            return repo, self._tip(repo)
+            return opened.repo, opened.tip(self.branch), opened
         except BaseException:
-            repo.close()
+            opened.close()
             raise
+
+    def _file_url(self) -> bool:
+        """Whether the location is a ``file://`` URL, read in place like a path."""
+        return self.location.lower().startswith("file://")
 
     def _granted(self, location: str) -> Path:
         """The real path of a local ``location`` if a grant of the tenant holds it; ``SourceUnreachable`` otherwise."""
@@ -243,54 +308,6 @@ class GitConnector:
             return folder_location_check(tenant=self.source.tenant_id, location=location)
         except InvalidInput as exc:
             raise SourceUnreachable(exc.message, code=LOCATION_NOT_ALLOWED) from None
-
-    def _repository_check(self, repo: Repo, depth: int = 0) -> None:
-        """Refuse a local repository whose control folder, object store, links in the object
-        store or alternates lead outside the tenant's grants (``SourceUnreachable``)."""
-        store = Path(repo.object_store.path)
-        for folder in (Path(repo.controldir()), Path(repo.commondir()), store):
-            self._granted(str(folder))
-        for folder, dirs, files in os.walk(store):
-            for name in (*dirs, *files):
-                entry = Path(folder) / name
-                if entry.is_symlink():
-                    self._granted(str(entry.resolve()))
-        alternates = store / "info" / "alternates"
-        if alternates.exists():
-            if depth >= 3:
-                raise SourceUnreachable(f"{self.location}: alternates nested too deeply.")
-            for line in alternates.read_text(errors="replace").splitlines():
-                line = line.strip()
-                if line and not line.startswith("#"):
-                    target = Path(line) if os.path.isabs(line) else store / line
-                    granted = self._granted(str(target))
-                    try:
-                        with Repo(str(granted.parent)) as other:
-                            self._repository_check(other, depth + 1)
-                    except NotGitRepository:
-                        pass
-
-    def _tip(self, repo: Repo) -> bytes:
-        """The commit at the tip of the source's branch (or ``HEAD``) in ``repo``.
-
-        The branch is a local one, else the one the working copy tracks from ``origin``.
-        """
-        if self.branch:
-            candidates = (b"refs/heads/", b"refs/remotes/origin/")  # a working copy may only track it
-            ref = next((p + self.branch.encode() for p in candidates if p + self.branch.encode() in repo.refs), b"")
-            if not ref:
-                raise SourceUnreachable(
-                    f"{self.location}: no branch {self.branch!r} (branches: {self._branches(repo.refs.keys())})."
-                )
-        else:
-            ref = b"HEAD"
-        try:
-            tip = repo.refs[ref]
-        except KeyError:
-            raise SourceUnreachable(f"{self.location}: the repository has no commits yet.") from None
-        if not isinstance(repo.get_object(tip), Commit):
-            raise SourceUnreachable(f"{self.location}: {ref.decode()} is not a commit.")
-        return tip
 
     @staticmethod
     def _branches(refs) -> str:
@@ -311,36 +328,30 @@ class GitConnector:
         return Repo.init_bare(str(folder))
 
     def _client(self, deadline: float):
-        """(dulwich client, path) for the location: a granted ``file://`` repository, or an
-        http(s) remote behind ``core.outbound`` whose responses may read at most ``KB_GIT_MAX_MB``
-        until ``deadline``; ``SourceUnreachable`` for any other kind."""
+        """(dulwich client, path) for an http(s) remote behind ``core.outbound`` whose responses may
+        read at most ``KB_GIT_MAX_MB``, and unpack to at most as much (``Content-Encoding``), until
+        ``deadline``; made without the workers' git configuration (``_transport_config``,
+        ``_transport_check``). ``SourceUnreachable`` for any other kind of URL."""
         shown = _shown(self.location)
         scheme = urlsplit(self.location).scheme.lower() if "://" in self.location else "ssh"
-        if scheme == "file":
-            local = self._granted(urlsplit(self.location).path or "/")
-            if local.exists():
-                try:
-                    with Repo(str(local)) as repo:
-                        self._repository_check(repo)
-                except NotGitRepository:
-                    pass
-            pool_manager = None
-        elif scheme in ("http", "https"):
-            pool_manager = guarded_pool_manager(
-                timeout=HTTP_TIMEOUT_S,
-                max_bytes=settings.KB_GIT_MAX_MB * 2**20,
-                deadline=deadline,
-                what="the repository",
-                headers={"User-Agent": "git/dulwich"},
-            )
-        else:
+        if scheme not in ("http", "https"):
             raise SourceUnreachable(
                 f"{shown}: {scheme} remotes are not supported; use an https:// URL.", code="invalid_location"
             )
+        pool_manager = guarded_pool_manager(
+            timeout=HTTP_TIMEOUT_S,
+            max_bytes=settings.KB_GIT_MAX_MB * 2**20,
+            max_decoded_bytes=settings.KB_GIT_MAX_MB * 2**20,
+            deadline=deadline,
+            what="the repository",
+            headers={"User-Agent": "git/dulwich"},
+        )
         try:
-            return get_transport_and_path(self.location, config=_transport_config(), pool_manager=pool_manager)
+            client, path = get_transport_and_path(self.location, config=_transport_config(), pool_manager=pool_manager)
         except ValueError as exc:
             raise SourceUnreachable(f"{shown}: not a repository URL ({exc}).") from None
+        _transport_check(self.location, client, path)
+        return client, path
 
     def _fetched(self) -> tuple[Repo, bytes]:
         """Fetch the branch (or the remote ``HEAD``) into the cache; (cache repository, tip)."""
@@ -434,12 +445,19 @@ class GitConnector:
             ):
                 yield path, raw, entry.sha
 
-    def _read(self, repo: Repo, path: str, blob_id: bytes, published_at: datetime | None) -> Item:
+    def _read(self, repo: Repo, sizes: ObjectSizes, path: str, blob_id: bytes, published_at: datetime | None) -> Item:
         fingerprint = blob_id.decode("ascii")
         try:
+            refusal = _blob_refusal(path, sizes, blob_id)
+            if refusal:
+                return Item(path, fingerprint, error=refusal)
             data = repo.object_store[blob_id].as_raw_string()
         except KeyError:
             return Item(path, fingerprint, error=f"{path}: the file's content is missing from the repository.")
+        except (ObjectDamaged, OSError, zlib.error):
+            return Item(
+                path, fingerprint, error=f"{path}: the file's content cannot be read (the repository is damaged)."
+            )
         if data.startswith(_LFS_POINTER):
             return Item(path, fingerprint, error=f"{path}: the file is stored in Git LFS, which is not read.")
         suffix = PurePosixPath(path).suffix
@@ -464,7 +482,8 @@ class GitConnector:
         ``SourceUnreachable`` when the repository is missing or is not one, the branch does not
         exist, or the fetch fails; nothing is yielded then.
         """
-        repo, tip = self._open()
+        repo, tip, opened = self._open()
+        sizes = ObjectSizes(repo.object_store)
         try:
             try:
                 commit = repo[tip]
@@ -479,6 +498,7 @@ class GitConnector:
                 if known.get(path) == blob.decode("ascii"):
                     yield Item(path, blob.decode("ascii"), unchanged=True)
                 else:
-                    yield self._read(repo, path, blob, dates.get(raw))
+                    yield self._read(repo, sizes, path, blob, dates.get(raw))
         finally:
-            repo.close()
+            sizes.close()
+            opened.close()

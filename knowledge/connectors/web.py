@@ -23,7 +23,8 @@ Politeness
     next. A page's ``<meta name="robots">`` is obeyed too: ``noindex``, the page is not stored
     (its document is marked deleted); ``nofollow``, its links are not followed. Requests time
     out after ``TIMEOUT_S`` seconds; redirects are followed (at most ``MAX_REDIRECTS``) only on
-    the same scheme and host; bodies past ``KB_WEB_MAX_PAGE_MB`` are refused.
+    the same scheme and host; bodies past ``KB_WEB_MAX_PAGE_MB`` are refused, counted once
+    decompressed (``Content-Encoding``: ``core.outbound.body_read``; a gzipped sitemap file too).
 
 The tenant boundary
     Every connection (pages, sitemaps, ``robots.txt``, each redirect hop) goes through
@@ -70,6 +71,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from urllib.parse import urljoin, urlsplit, urlunsplit
 from urllib.robotparser import RobotFileParser
 
@@ -77,8 +79,16 @@ import httpx2 as httpx
 from django.conf import settings
 
 from core.errors import InvalidInput
-from core.outbound import FETCH_FAILED, NOT_ALLOWED, AddressNotAllowed, guarded_http_transport
+from core.outbound import (
+    FETCH_FAILED,
+    NOT_ALLOWED,
+    AddressNotAllowed,
+    FetchLimitExceeded,
+    body_read,
+    guarded_http_transport,
+)
 from knowledge.connectors.base import Item, SourceUnreachable, path_selected
+from knowledge.ingestion import sandbox
 from knowledge.ingestion.readers import ReadDocument, read_bytes
 from knowledge.models import Source
 
@@ -224,18 +234,10 @@ class WebConnector:
                         continue
                     body = b""
                     if response.status_code == 200 and self._wanted(response.headers):
-                        too_large = f"{url}: larger than {self.max_bytes / 2**20:g} MB"
-                        length = response.headers.get("content-length", "")
-                        if length.isdigit() and int(length) > self.max_bytes:
-                            return _Page(url, error=too_large)
-                        chunks, size = [], 0
-                        for chunk in response.iter_bytes():
-                            size += len(chunk)
-                            if size > self.max_bytes:
-                                return _Page(url, error=too_large)
-                            chunks.append(chunk)
-                        body = b"".join(chunks)
+                        body = body_read(response, max_bytes=self.max_bytes, what=url)  # counted decoded
                     return _Page(url, response.status_code, response.headers, body)
+            except FetchLimitExceeded as exc:
+                return _Page(url, error=exc.message)
             except AddressNotAllowed:
                 return _Page(url, error=f"{url}: {NOT_ALLOWED}")
             except (httpx.HTTPError, httpx.InvalidURL, UnicodeError, OSError):
@@ -325,8 +327,8 @@ class WebConnector:
 
     def _sitemap_urls(self, page: _Page) -> list[str] | None:
         """The page URLs a sitemap lists (an index's sitemaps read one level deep), or None if
-        ``page`` is no sitemap."""
-        kind, locations = _sitemap_parse(page.body)
+        ``page`` is no sitemap; ``SourceUnreachable`` when one cannot be read or unpacks past the cap."""
+        kind, locations = _sitemap_parse(page.body, url=page.url)
         if kind is None:
             return None
         if kind == "urlset":
@@ -337,7 +339,7 @@ class WebConnector:
             if not child_url.startswith(self.origin + "/") or not self._allowed(child_url):
                 continue
             child = self._get_or_unreachable(child_url, "a sitemap of the sitemap index")
-            child_kind, child_locations = _sitemap_parse(child.body)
+            child_kind, child_locations = _sitemap_parse(child.body, url=child.url)
             if child_kind == "urlset":
                 urls.extend(child_locations)
         return urls
@@ -448,7 +450,19 @@ _MARKDOWN_ESCAPE = re.compile(r"\\([*_`~\[\]<])")
 
 
 def page_read(html: bytes | str, *, url: str, encoding: str | None = None) -> ReadDocument:
-    """An HTML page as a ``ReadDocument`` (external id and URI: ``url``).
+    """An HTML page as a ``ReadDocument`` (external id and URI: ``url``), read by ``page_extract``
+    in the parse sandbox's child (``knowledge.ingestion.sandbox``: trafilatura and lxml build a
+    tree of the whole page, up to ``KB_WEB_MAX_PAGE_MB``).
+
+    ``InvalidInput``: the page holds no text (``empty_file``), or its reading passed the
+    sandbox's limits (``parse_timeout``, ``document_too_large``, ``parse_failed``).
+    """
+    parse = partial(page_extract, html, url=url, encoding=encoding)
+    return sandbox.parse_isolated(parse, name=url, preload=("trafilatura", "bs4", "lxml.etree"))
+
+
+def page_extract(html: bytes | str, *, url: str, encoding: str | None = None) -> ReadDocument:
+    """``page_read`` in this process.
 
     The main text is trafilatura's Markdown (headings as sections, tables kept), titled and dated
     from the page's metadata; when trafilatura finds no text, the HTML reader reads the whole
@@ -556,9 +570,10 @@ def _links(page: _Page) -> list[str]:
     return links
 
 
-def _sitemap_parse(body: bytes) -> tuple[str | None, list[str]]:
+def _sitemap_parse(body: bytes, *, url: str = "") -> tuple[str | None, list[str]]:
     """(``"urlset"`` or ``"sitemapindex"``, its ``<loc>`` values) of a sitemap, gzipped or not;
-    (None, []) for anything else.
+    (None, []) for anything else. ``SourceUnreachable`` when a gzipped sitemap (``url``) unpacks
+    past ``KB_WEB_MAX_PAGE_MB``.
 
     Entities are not resolved and nothing is fetched by the parser.
     """
@@ -570,7 +585,7 @@ def _sitemap_parse(body: bytes) -> tuple[str | None, list[str]]:
         except (OSError, EOFError):
             return None, []
         if len(body) > max_bytes():
-            return None, []
+            raise SourceUnreachable(f"{url}: the sitemap is larger than {max_bytes() / 2**20:g} MB once unpacked.")
     parser = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=False, recover=False)
     try:
         root = etree.fromstring(body.strip(), parser=parser)

@@ -165,9 +165,13 @@ class LocalSentenceEmbedder(QueryCacheMixin):
         self._init_query_cache(query_cache_size)
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        """Return ``(len(texts), dimensions)`` float32 unit rows, in the order of ``texts``."""
+        """Return ``(len(texts), dimensions)`` float32 unit rows, in the order of ``texts``; texts
+        embedded before by this instance come from its ``embedding_cache``."""
         if not texts:
             return np.zeros((0, self.dimensions), dtype=np.float32)
+        return self.embedding_cache.embed(texts, self._embed_uncached)
+
+    def _embed_uncached(self, texts: list[str]) -> np.ndarray:
         if self.backend == "torch":
             with self._lock:
                 vectors = self.model.encode(

@@ -38,6 +38,12 @@ class OpenAIEmbedder(QueryCacheMixin):
         return self._dimensions
 
     def embed(self, texts: list[str]) -> np.ndarray:
+        """Return ``(len(texts), dimensions)`` float32 unit rows, in the order of ``texts``; texts
+        embedded before by this instance come from its ``embedding_cache``. Raises
+        ``UpstreamError`` when the endpoint fails."""
+        return self.embedding_cache.embed(texts, self._embed_uncached)
+
+    def _embed_uncached(self, texts: list[str]) -> np.ndarray:
         from openai import OpenAIError
 
         rows: list[list[float]] = []

@@ -12,7 +12,10 @@ field (English analysis of keyphrases, questions and entities, as the body's BM2
 postings' triggers keep the field's statistics. A chunk whose LLM call failed keeps its
 keyphrases only and records why (``questions_error``); when spaCy or its model is missing, the
 chunks are enriched without entities and ``entities_error`` says why: an enrichment is never
-half-written, and neither the LLM nor the NER model ever blocks ingestion or enrichment.
+half-written, and neither the LLM nor the NER model ever blocks ingestion or enrichment. The LLM
+calls count against the tenant's daily LLM tokens (``llm.metering``, recorded as
+``enrichment``): over its limit they are not made, and the chunks keep their keyphrases only,
+``questions_error`` giving the figures.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from knowledge.enrichment.questions import questions_generate
 from knowledge.ingestion_settings import enrichment_entities_on, enrichment_on
 from knowledge.models import Chunk
 from knowledge.models.enrichment import ChunkEnrichment, field_text
-from llm import LLMError, Usage
+from llm import LLMError, Usage, llm_metered
 
 logger = logging.getLogger(__name__)
 
@@ -127,8 +130,8 @@ def chunks_enrich(
     Returns ``{"chunks", "with_questions", "questions_failed", "with_entities",
     "entities_failed", "usage", "keyphrase_seconds", "entity_seconds", "llm_seconds",
     "seconds"}``; ``chunks`` counts the enrichments stored. LLM and NER failures are recorded per
-    chunk (``ChunkEnrichment.questions_error``, ``entities_error``), never raised; database
-    errors propagate (a batch then stores nothing).
+    chunk (``ChunkEnrichment.questions_error``, ``entities_error``), never raised (the tenant's
+    LLM tokens used up included); database errors propagate (a batch then stores nothing).
     """
     started = time.perf_counter()
     tenant = Tenant.objects.get(pk=tenant_id)
@@ -155,7 +158,8 @@ def chunks_enrich(
             .order_by("pk")
             .values_list("pk", "heading", "text")
         )
-        rows = _batch_enrich(batch, llm=llm, n=n, usage=usage, timings=timings, keyphrases=keyphrases, ner=ner)
+        with llm_metered(tenant=tenant, purpose="enrichment"):
+            rows = _batch_enrich(batch, llm=llm, n=n, usage=usage, timings=timings, keyphrases=keyphrases, ner=ner)
         with transaction.atomic():
             if force:
                 ChunkEnrichment.objects.for_tenant(tenant).filter(chunk_id__in=[r["chunk_id"] for r in rows]).delete()

@@ -1,19 +1,25 @@
 """Readers: turn a file into one or more ``ReadDocument`` (title, normalized text, sections).
 
-Supported: .txt, .md/.markdown, .rst, .html/.htm (BeautifulSoup), .pdf (pypdf), .jsonl (one
-document per line), and office and e-book files, .docx, .pptx, .xlsx, .odt and .epub (read by
-``knowledge.ingestion.office``). Every reader raises ``InvalidInput`` for empty, undecodable,
-damaged or encrypted content and ``UnsupportedFileType`` for other extensions, before anything
-is stored.
+Supported: .txt, .md/.markdown, .rst (docutils), .html/.htm (BeautifulSoup with lxml), .pdf
+(pypdf), .jsonl (one document per line), and office and e-book files, .docx, .pptx, .xlsx, .odt
+and .epub (read by ``knowledge.ingestion.office``). Every reader raises ``InvalidInput`` for
+empty, undecodable, damaged or encrypted content and ``UnsupportedFileType`` for other
+extensions, before anything is stored.
 
-The formats that decompress (PDF and the zip-based ones, ``SANDBOXED_EXTENSIONS``) are read in a
-child process with its own memory and CPU limits (``knowledge.ingestion.sandbox``), under caps on
-what a file may unpack to: ``KB_PARSE_MAX_UNPACKED_MB`` (a zip's declared members, a PDF's
-decompressed content streams), ``KB_PARSE_MAX_RATIO`` (compression ratio), ``KB_PARSE_MAX_CHARS``
-(extracted characters) and ``KB_PARSE_MAX_PDF_PAGES``. Over a cap: ``InvalidInput`` with code
-``archive_bomb`` (unpacked size, ratio) or ``document_too_large`` (characters, pages).
-``read_check`` is the cheap part, for a web request: type, signature, declared sizes, and the
-decoding of text formats; the parse itself runs later, in the ingestion job.
+The formats that decompress (PDF and the zip-based ones), reST (docutils takes quadratic time on
+some shapes, e.g. many sibling sections) and HTML (a tree of the whole page), together
+``SANDBOXED_EXTENSIONS``, are read in a child process with its own memory and CPU limits
+(``knowledge.ingestion.sandbox``), under caps on what a file may unpack to:
+``KB_PARSE_MAX_UNPACKED_MB`` (a zip's declared members, a PDF's decompressed content streams),
+``KB_PARSE_MAX_RATIO`` (compression ratio), ``KB_PARSE_MAX_CHARS`` (extracted characters) and
+``KB_PARSE_MAX_PDF_PAGES``. Over a cap: ``InvalidInput`` with code ``archive_bomb`` (unpacked
+size, ratio) or ``document_too_large`` (characters, pages). ``read_check`` is the cheap part, for
+a web request: type, signature, declared sizes, and the decoding of text formats; the parse itself
+runs later, in the ingestion job.
+
+Plain text, Markdown and JSONL are read in the calling process: their readers take time linear in
+the file's length, whatever its shape (``tests/security/test_reader_complexity.py`` feeds them
+shapes built to make a regular expression backtrack).
 """
 
 from __future__ import annotations
@@ -54,10 +60,20 @@ SUPPORTED_EXTENSIONS = (
 )
 # Zip-based formats read by ``knowledge.ingestion.office``.
 OFFICE_EXTENSIONS = (".docx", ".pptx", ".xlsx", ".odt", ".epub")
-# Formats whose readers decompress: parsed in a child process (``knowledge.ingestion.sandbox``).
-SANDBOXED_EXTENSIONS = (".pdf", *OFFICE_EXTENSIONS)
+# Text formats whose parsers are not linear in every input (docutils) or build a tree of the whole
+# file (HTML): parsed in a child process too.
+SANDBOXED_TEXT_EXTENSIONS = (".rst", ".html", ".htm")
+# Formats parsed in a child process (``knowledge.ingestion.sandbox``): those whose readers
+# decompress, and the text formats above.
+SANDBOXED_EXTENSIONS = (".pdf", *OFFICE_EXTENSIONS, *SANDBOXED_TEXT_EXTENSIONS)
 # What a sandboxed reader imports: loaded once in the parent, so a child does not import it per file.
-_READER_MODULES = {".pdf": ("pypdf",), **OFFICE_READER_MODULES}
+_READER_MODULES = {
+    ".pdf": ("pypdf",),
+    **OFFICE_READER_MODULES,
+    ".rst": ("docutils.parsers.rst",),
+    ".html": ("bs4", "lxml.etree"),
+    ".htm": ("bs4", "lxml.etree"),
+}
 # A PDF starts with this signature (readers accept it within the first 1,024 bytes).
 PDF_SIGNATURE = b"%PDF-"
 
@@ -112,25 +128,26 @@ def read_bytes(
     ``fmt`` ("rst", "md" or "txt") says how to read ``.txt`` files (Django's docs are reST in .txt).
 
     Returns one ``ReadDocument`` per document (several for .jsonl). ``external_id`` defaults to
-    ``name``. Raises ``UnsupportedFileType`` or ``InvalidInput``.
+    ``name``. Raises ``UnsupportedFileType`` or ``InvalidInput``. The formats of
+    ``SANDBOXED_EXTENSIONS`` (.txt read as reST too) are parsed in the sandbox's child, so a file
+    that needs more than its limits fails with ``parse_timeout`` or ``document_too_large``.
     """
     suffix = _suffix(name, fmt)
     external_id = external_id or name
-    if suffix in SANDBOXED_EXTENSIONS:
-        reader = _read_pdf if suffix == ".pdf" else read_office
-        parse = partial(reader, data, name=name, external_id=external_id, uri=uri)
-        docs = [sandbox.parse_isolated(parse, name=name, preload=_READER_MODULES[suffix])]
-    elif suffix == ".jsonl":
+    if suffix == ".jsonl":
         docs = _read_jsonl(decode_text(data, name=name), name=name)
+    elif suffix in SANDBOXED_EXTENSIONS:
+        if suffix == ".pdf":
+            parse = partial(_read_pdf, data, name=name, external_id=external_id, uri=uri)
+        elif suffix in OFFICE_EXTENSIONS:
+            parse = partial(read_office, data, name=name, external_id=external_id, uri=uri)
+        else:  # decoded here: a file that is not text is refused without a child
+            text = decode_text(data, name=name)
+            parse = partial(_TEXT_READERS[suffix], text, name=name, external_id=external_id, uri=uri)
+        docs = [sandbox.parse_isolated(parse, name=name, preload=_READER_MODULES[suffix])]
     else:
         text = decode_text(data, name=name)
-        reader = {
-            ".rst": _read_rst,
-            ".md": _read_markdown,
-            ".markdown": _read_markdown,
-            ".html": _read_html,
-            ".htm": _read_html,
-        }.get(suffix, _read_plain)
+        reader = _TEXT_READERS.get(suffix, _read_plain)
         docs = [reader(text, name=name, external_id=external_id, uri=uri)]
     for doc in docs:
         if not doc.text.strip():
@@ -211,7 +228,21 @@ def _read_plain(text: str, *, name: str, external_id: str, uri: str) -> ReadDocu
     )
 
 
-_MD_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
+def markdown_heading(line: str) -> tuple[int, str] | None:
+    """(level, text) of an ATX heading line (``## Text ##``: 1-6 ``#``, then whitespace), or None.
+
+    The closing ``#`` run and the whitespace around the text are dropped. ``line`` is one line
+    without trailing whitespace (as ``normalize_text`` leaves it). String methods only, so the
+    time is linear in ``len(line)`` (the regular expression this replaces backtracked: a heading
+    ending in a run of spaces took cubic time, 1,600 characters 9 s).
+    """
+    level = len(line) - len(line.lstrip("#"))
+    if not 1 <= level <= 6 or not line[level : level + 1].isspace():
+        return None
+    body = line[level:].strip()
+    # The text is what remains without the closing run of "#" and the whitespace before it; a
+    # heading that is nothing but "#" keeps one.
+    return level, (body.rstrip("#").rstrip() or body[:1])
 
 
 def _read_markdown(text: str, *, name: str, external_id: str, uri: str) -> ReadDocument:
@@ -223,12 +254,12 @@ def _read_markdown(text: str, *, name: str, external_id: str, uri: str) -> ReadD
     for line in text.split("\n"):
         if line.startswith("```"):
             in_fence = not in_fence
-        match = None if in_fence else _MD_HEADING.match(line)
-        if match:
-            heading = match.group(2).strip()
-            if not title and len(match.group(1)) == 1:
-                title = heading
-            sections.append(Section(heading=heading, start=offset))
+        heading = None if in_fence else markdown_heading(line)
+        if heading:
+            level, heading_text = heading
+            if not title and level == 1:
+                title = heading_text
+            sections.append(Section(heading=heading_text, start=offset))
         offset += len(line) + 1
     title = title or (sections[0].heading if sections else _title_from(text, Path(name).stem))
     return ReadDocument(
@@ -271,19 +302,43 @@ def _date_under_title(text: str) -> datetime | None:
     return None
 
 
+# Marks where each heading starts while a page's text is extracted: a noncharacter, removed from
+# the page first.
+_HEADING_MARK = "\uffff"
+
+
 def _read_html(text: str, *, name: str, external_id: str, uri: str) -> ReadDocument:
+    """An HTML page's text (without scripts, styles, navigation, headers and footers), its title
+    (``<title>``, else the first ``<h1>``) and its ``h1``-``h4`` headings as sections.
+
+    Parsed with lxml (libxml2's HTML parser, linear in the page's length; the standard library's
+    ``html.parser`` of Python 3.11.7 takes quadratic time on runs of ``<a`` or ``</``), with
+    ``huge_tree``: without it libxml2 stops a comment or a text node at 10,000,000 bytes and, past
+    that, an unclosed ``<?`` costs 10 MB of scanning per character (a 10.02 MB page: 130 s).
+    Each heading's start is marked in the tree before the text is extracted, so sections cost
+    no search in the text.
+    """
     from bs4 import BeautifulSoup
 
-    soup = BeautifulSoup(text, "html.parser")
+    soup = BeautifulSoup(text.replace(_HEADING_MARK, "").replace("\x00", ""), "lxml", huge_tree=True)
     for tag in soup(["script", "style", "noscript", "nav", "header", "footer", "template"]):
         tag.decompose()
     title_tag = soup.find("title") or soup.find("h1")
     title = title_tag.get_text(" ", strip=True) if title_tag else ""
     body = soup.body or soup
-    plain = normalize_text(body.get_text("\n"))
-    sections = locate_sections(
-        plain, [tag.get_text(" ", strip=True) for tag in body.find_all(["h1", "h2", "h3", "h4"])]
-    )
+    headings = []
+    for tag in body.find_all(["h1", "h2", "h3", "h4"]):
+        heading = tag.get_text(" ", strip=True)
+        if heading:
+            _mark_start(tag)
+            headings.append(normalize_text(heading))
+    pieces = normalize_text(body.get_text("\n")).split(_HEADING_MARK)
+    plain = "".join(pieces)
+    sections = []
+    start = len(pieces[0])
+    for heading, piece in zip(headings, pieces[1:], strict=False):
+        sections.append(Section(heading=heading, start=start))
+        start += len(piece)
     title = title or _title_from(plain, Path(name).stem)
     return ReadDocument(
         external_id=external_id,
@@ -292,6 +347,32 @@ def _read_html(text: str, *, name: str, external_id: str, uri: str) -> ReadDocum
         text=plain,
         sections=sections,
     )
+
+
+def _mark_start(tag) -> None:
+    """Put ``_HEADING_MARK`` before the first character of ``tag``'s text that is not whitespace.
+
+    There, normalizing the text neither moves it nor is changed by it (it stands after
+    whitespace, before a character of a line that is not blank).
+    """
+    from bs4 import NavigableString
+
+    for string in tag.strings:
+        stripped = string.lstrip()
+        if stripped:
+            lead = string[: len(string) - len(stripped)]
+            string.replace_with(NavigableString(lead + _HEADING_MARK + stripped))
+            return
+
+
+# The readers of text formats (.txt and any other: ``_read_plain``), by extension.
+_TEXT_READERS = {
+    ".rst": _read_rst,
+    ".md": _read_markdown,
+    ".markdown": _read_markdown,
+    ".html": _read_html,
+    ".htm": _read_html,
+}
 
 
 def _read_pdf(data: bytes, *, name: str, external_id: str, uri: str) -> ReadDocument:

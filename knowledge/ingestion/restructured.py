@@ -2,8 +2,10 @@
 
 ``rst_plain(text)`` parses ``text`` with docutils' reST parser (no transforms, no file or raw
 inclusion, no messages printed) and returns readable text and its section titles in reading order.
-Sphinx and Django add roles and directives docutils does not know; each one a document uses is
-registered before parsing:
+Sphinx and Django add roles and directives docutils does not know; the parser here handles each
+one a document uses without registering it anywhere (docutils' ``register_local_role`` and
+``register_directive`` are process-wide: every later parse in the process would see them, and a
+document naming a million roles would keep a million entries):
 
 * a role (``:meth:``, ``:class:``, ``:setting:``, ``:doc:`` …) shows its title: the text
   before ``<target>`` when there is one, else the target with ``~a.b.C`` shortened to ``C`` and a
@@ -26,10 +28,10 @@ line; a paragraph's lines are joined with single spaces. Raises nothing for malf
 from __future__ import annotations
 
 import re
-import threading
+import types
 
 from docutils import frontend, nodes, utils
-from docutils.parsers.rst import Directive, Parser, directives, roles
+from docutils.parsers.rst import Directive, Parser, directives, roles, states
 
 # Directives whose content is code, shown as a literal block.
 CODE_DIRECTIVES = frozenset({"code-block", "sourcecode", "code", "console", "snippet", "doctest", "literalinclude"})
@@ -65,11 +67,7 @@ VERSION_DIRECTIVES = {
     "versionremoved": "Removed in version",
     "deprecated": "Deprecated since version",
 }
-_ROLE_NAME = re.compile(r"(?<![\w`]):([A-Za-z][\w+.-]*(?::[\w+.-]+)*):`")
-_DIRECTIVE_NAME = re.compile(r"^\s*\.\.\s+([A-Za-z][\w+.:-]*)::", re.MULTILINE)
 _ROLE_TARGET = re.compile(r"^(.*?)\s*<([^<>]*)>$", re.DOTALL)
-_BUILTIN_ROLES = frozenset(roles._role_registry)
-_register_lock = threading.Lock()
 
 
 def rst_plain(text: str) -> tuple[str, list[str]]:
@@ -78,7 +76,6 @@ def rst_plain(text: str) -> tuple[str, list[str]]:
     See the module docstring for what each construct becomes. The titles appear in the text each
     on a line of their own, so ``documents.locate_sections(..., whole_lines=True)`` finds them.
     """
-    _register_extensions(text)
     settings = frontend.get_default_settings(Parser)
     settings.report_level = 5
     settings.halt_level = 5
@@ -86,32 +83,11 @@ def rst_plain(text: str) -> tuple[str, list[str]]:
     settings.file_insertion_enabled = False
     settings.raw_enabled = False
     document = utils.new_document("<rst>", settings)
-    Parser().parse(text.replace("\r\n", "\n"), document)
+    _Parser().parse(text.replace("\r\n", "\n"), document)
     blocks: list[str] = []
     headings: list[str] = []
     _emit(document, blocks, headings)
     return "\n\n".join(block for block in blocks if block.strip()), headings
-
-
-def _register_extensions(text: str) -> None:
-    """Register a generic handler for each role and directive of ``text`` docutils lacks."""
-    with _register_lock:
-        for name in set(_ROLE_NAME.findall(text)):
-            key = name.lower()
-            if key not in _BUILTIN_ROLES and key not in roles._roles:
-                roles.register_local_role(key, _sphinx_role)
-        for name in set(_DIRECTIVE_NAME.findall(text)):
-            key = name.lower()
-            if key in directives._directives:
-                continue
-            if key in CODE_DIRECTIVES:
-                directives.register_directive(key, CodeDirective)
-            elif key in VERSION_DIRECTIVES:
-                directives.register_directive(key, VersionDirective)
-            elif key in SKIPPED_DIRECTIVES:
-                directives.register_directive(key, SkippedDirective)
-            elif key not in directives._directive_registry:
-                directives.register_directive(key, GenericDirective)
 
 
 def role_title(text: str) -> str:
@@ -188,6 +164,94 @@ class SkippedDirective(GenericDirective):
 
     def run(self):
         return []
+
+
+def _directive_class(name: str, state: states.RSTState) -> type[Directive]:
+    """The directive that handles ``.. name::`` in this parse: ours for code, versions and the
+    directives that hold no text (also where docutils has its own, e.g. ``include``, ``raw``,
+    ``role``), else docutils' own, else ``GenericDirective``."""
+    key = name.lower()
+    if key in CODE_DIRECTIVES:
+        return CodeDirective
+    if key in VERSION_DIRECTIVES:
+        return VersionDirective
+    if key in SKIPPED_DIRECTIVES:
+        return SkippedDirective
+    unknown = state.memo.inliner.unknown_names  # this parse's, kept on its inliner
+    if ("directive", key) in unknown:
+        return GenericDirective
+    # docutils' look-up caches only the directives it has (a bounded set), never an unknown name.
+    found, _ = directives.directive(name, state.memo.language, state.document)
+    if found is None:
+        unknown.add(("directive", key))
+    return found or GenericDirective
+
+
+def _directive(self: states.Body, match: re.Match, **option_presets) -> tuple[list[nodes.Node], bool]:
+    """``states.Body.directive`` with ``_directive_class`` as the look-up."""
+    type_name = match.group(1)
+    return self.run_directive(_directive_class(type_name, self), match, type_name, option_presets)
+
+
+class _ParseLocal:
+    """What the parser's states add to docutils': the directive look-up above, and nested parses
+    (a directive's content, a list item) that keep these states.
+
+    docutils calls ``Body.directive`` through the table ``Body.explicit.constructs`` (not as a
+    method), so the table is copied with ``_directive`` in its place; a nested parse takes its
+    states from ``nested_sm_kwargs``, which docutils sets to its own module's states.
+    """
+
+    explicit = states.Struct(
+        patterns=states.Body.explicit.patterns,
+        constructs=[
+            (_directive if method is states.Body.directive else method, pattern)
+            for method, pattern in states.Body.explicit.constructs
+        ],
+    )
+    directive = _directive
+    # docutils keeps finished nested state machines for reuse; ours hold these states, so they
+    # are kept apart from docutils' own.
+    nested_sm_cache: list = []
+
+    def __init__(self, state_machine, debug=False):
+        super().__init__(state_machine, debug)
+        self.nested_sm_kwargs = {"state_classes": STATE_CLASSES, "initial_state": "Body"}
+
+
+# docutils' states, each with ``_ParseLocal`` first (the state machine finds states by class name).
+STATE_CLASSES = tuple(type(cls.__name__, (_ParseLocal, cls), {}) for cls in states.state_classes)
+
+
+def _interpreted(self: states.Inliner, rawsource, text, role, lineno):
+    """``states.Inliner.interpreted`` with ``_sphinx_role`` for a role docutils lacks."""
+    key = ("role", role.lower())
+    if key not in self.unknown_names:
+        role_fn, messages = roles.role(role, self.language, lineno, self.reporter)
+        if role_fn is not None:
+            found, more = role_fn(role, rawsource, text, lineno, self)
+            return found, messages + more
+        self.unknown_names.add(key)  # docutils registered nothing for it
+    return _sphinx_role(role, rawsource, text, lineno, self)
+
+
+def _inliner() -> states.Inliner:
+    """docutils' inline parser with ``_interpreted``, for one parse (not a subclass: docutils
+    builds its patterns from the attributes of the inliner's own class). ``unknown_names`` holds
+    the ("role" or "directive", name) pairs docutils lacks, met so far in the parse."""
+    inliner = states.Inliner()
+    inliner.interpreted = types.MethodType(_interpreted, inliner)
+    inliner.unknown_names = set()
+    return inliner
+
+
+class _Parser(Parser):
+    """docutils' reST parser with the states and the inline parser above: the Sphinx and Django
+    roles and directives a document names are handled without registering them anywhere."""
+
+    def __init__(self):
+        super().__init__(inliner=_inliner())
+        self.state_classes = STATE_CLASSES
 
 
 _SKIPPED_NODES = (

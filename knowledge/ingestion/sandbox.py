@@ -1,12 +1,13 @@
 """Parsing in a child process with its own memory and CPU limits.
 
-The readers of formats that decompress (PDF, and the zip-based .docx .pptx .xlsx .odt .epub) run
-through ``parse_isolated``: the process forks, the child lowers its own limits, parses, sends the
-result (a pickled list of ``ReadDocument``, or the pickled ``ApplicationError``) back through a
-pipe and leaves with ``os._exit``; the parent waits for it at most ``KB_PARSE_TIMEOUT_S`` wall
-seconds (+ ``GRACE_S``) and kills it after that. A file that would take gigabytes or minutes to
-read costs the child, never the web process or the worker that asked; every path that reads such a
-file goes through here (upload jobs, folder and git syncs, ``manage.py ingest``), because
+The readers of formats that decompress (PDF, and the zip-based .docx .pptx .xlsx .odt .epub), of
+reST and HTML files, and the web connector's reading of a page, run through ``parse_isolated``:
+the process forks, the child lowers its own limits, parses, sends the result (a pickled list of
+``ReadDocument``, or the pickled ``ApplicationError``) back through a pipe and leaves with
+``os._exit``; the parent waits for it at most ``KB_PARSE_TIMEOUT_S`` wall seconds (+ ``GRACE_S``)
+and kills it after that. A file that would take gigabytes or minutes to read costs the child,
+never the web process or the worker that asked; every path that reads such a file goes through
+here (upload jobs, folder and git syncs, ``manage.py ingest``), because
 ``knowledge.ingestion.readers.read_bytes`` does.
 
 The child's limits:
@@ -27,7 +28,9 @@ How an ending becomes an error (all ``InvalidInput``, a 400 or a failed job, nam
 * it raised anything else, crashed, or sent nothing readable: ``parse_failed``.
 
 The parent unpickles the reply with an allow-list of the classes a reply holds, so even a child
-subverted by a malicious file cannot make the parent build an arbitrary object.
+subverted by a malicious file cannot make the parent build an arbitrary object. A parse that
+calls ``parse_isolated`` again (a web page read as Markdown or HTML) runs that parse in the same
+child, under the same limits.
 
 The cost per file (fork, pipe, wait), measured with ``python benchmarks/parse_sandbox.py`` on a
 2-core VM (Linux 6.18, Python 3.11, medians of 30 reads): 24-32 ms for a one-page PDF and 31-41 ms
@@ -49,6 +52,7 @@ import select
 import signal
 import struct
 import time
+import zoneinfo
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
@@ -73,6 +77,8 @@ _NEAR_THE_LIMIT = 0.75
 _HEADER = struct.Struct("<Q")
 # Exit statuses of the child (its reply says what happened; these only matter without one).
 _EXIT_OK, _EXIT_BROKEN = 0, 70
+# True in a child: a parse_isolated there parses at once (it is already limited).
+_in_child = False
 
 
 def parse_isolated(parse: Callable[[], T], *, name: str, preload: Iterable[str] = ()) -> T:
@@ -84,7 +90,10 @@ def parse_isolated(parse: Callable[[], T], *, name: str, preload: Iterable[str] 
 
     Raises the ``ApplicationError`` the parse raised, or ``InvalidInput`` with code
     ``document_too_large`` (memory), ``parse_timeout`` (CPU or wall time) or ``parse_failed``.
+    Called in a child (a parse that reads another file's bytes), it runs ``parse()`` there.
     """
+    if _in_child:
+        return parse()
     for module in preload:
         importlib.import_module(module)
     memory_mb, timeout_s = settings.KB_PARSE_MEMORY_MB, settings.KB_PARSE_TIMEOUT_S
@@ -194,26 +203,34 @@ def _kill(pid: int) -> None:
 def _child(parse: Callable[[], object], write_fd: int, *, name: str, memory_mb: int, timeout_s: int) -> None:
     """The child: limits, parse, reply, ``os._exit`` (no atexit handlers, no database connection
     closed under the parent's feet, no buffers flushed twice)."""
+    global _in_child
     status = _EXIT_BROKEN
     try:
+        _in_child = True
         gc.freeze()  # the parent's objects: the child's collections never walk (and copy) them
         _close_inherited(keep=write_fd)
         _write_all(write_fd, _HEADER.pack(_status_kb(b"VmRSS")))  # what its memory grows from
+        # Made before the parse: when memory runs out, even the error may not be made any more
+        # (the parse's objects are still held while its MemoryError is handled).
+        too_large = pickle.dumps(("error", _too_large(name, memory_mb)))
         start = _address_space_bytes()
         _limit_self(start, memory_mb=memory_mb, timeout_s=timeout_s)
-        reply = _outcome(parse, name=name, memory_mb=memory_mb)
-        if reply[0] == "error" and reply[1].code in _LIBRARY_FAILURES:
-            # A library that cannot allocate often says something else (lxml: "unknown error"):
-            # a failure after the address space came near its limit is taken for memory.
-            peak = _status_kb(b"VmPeak") * 1024 - start
-            if peak >= _NEAR_THE_LIMIT * memory_mb * 2**20:
-                reply = ("error", _too_large(name, memory_mb))
         try:
-            payload = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
+            reply = _outcome(parse, name=name, memory_mb=memory_mb)
+            if reply[0] == "error" and reply[1].code in _LIBRARY_FAILURES:
+                # A library that cannot allocate often says something else (lxml: "unknown error"):
+                # a failure after the address space came near its limit is taken for memory.
+                peak = _status_kb(b"VmPeak") * 1024 - start
+                if peak >= _NEAR_THE_LIMIT * memory_mb * 2**20:
+                    reply = ("error", _too_large(name, memory_mb))
+            try:
+                payload = _reply_dumps(reply)
+            except MemoryError:
+                payload = too_large
+            except Exception:
+                payload = pickle.dumps(("error", _failed(name, "its text could not be passed on")))
         except MemoryError:
-            payload = pickle.dumps(("error", _too_large(name, memory_mb)))
-        except Exception:
-            payload = pickle.dumps(("error", _failed(name, "its text could not be passed on")))
+            payload = too_large
         _write_all(write_fd, payload)
         status = _EXIT_OK
     except BaseException:  # noqa: BLE001 - whatever happens, the child must end here
@@ -281,6 +298,24 @@ def _outcome(parse: Callable[[], object], *, name: str, memory_mb: int) -> tuple
 
 def _failed(name: str, why: str) -> InvalidInput:
     return InvalidInput(f"{name}: the file could not be read ({why}); it may be damaged.", code="parse_failed")
+
+
+def _reply_dumps(reply: tuple[str, object]) -> bytes:
+    """The child's reply, pickled for ``_ReplyUnpickler``."""
+    out = io.BytesIO()
+    _ReplyPickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(reply)
+    return out.getvalue()
+
+
+class _ReplyPickler(pickle.Pickler):
+    """Pickles a time zone as ``ZoneInfo(key)``: pickle's own form (``getattr`` of the class's
+    cache method) would need ``getattr`` on the allow-list. A date a reader made aware in the
+    current time zone (``django.utils.timezone.make_aware``) holds one."""
+
+    def reducer_override(self, obj):
+        if isinstance(obj, zoneinfo.ZoneInfo) and obj.key:
+            return zoneinfo.ZoneInfo, (obj.key,)
+        return NotImplemented
 
 
 class _ReplyUnpickler(pickle.Unpickler):

@@ -116,12 +116,30 @@ class Source(models.Model):
 class FolderGrant(models.Model):
     """A folder the operator lets one tenant's folder sources (and local git repositories) read
     (``knowledge.folder_grants``). ``path`` is absolute and resolved (no symbolic links);
-    only operators (the superuser, ``manage.py folderroots``, ``manage.py source add``) grant."""
+    only operators (the superuser, ``manage.py folderroots``, ``manage.py source add``) grant.
+
+    ``device`` and ``inode`` pin the very folder that was granted (``os.stat``'s ``st_dev`` and
+    ``st_ino``, recorded when granted, or at the first sync of a grant made before they existed):
+    a path later replaced by a link or by another folder is refused rather than followed.
+    ``allow_hard_links`` (operators only) lets its sources read files with several hard links or
+    on another file system than the folder's, which are otherwise skipped."""
 
     tenant = models.ForeignKey("core.Tenant", on_delete=models.CASCADE, related_name="folder_grants")
     path = models.CharField(max_length=2000)
     granted_by = models.CharField(max_length=200, blank=True, help_text="Who granted it: a superuser or the CLI.")
     created_at = models.DateTimeField(auto_now_add=True)
+    # Unsigned 64-bit numbers, hence decimals (a bigint stops at 2**63).
+    device = models.DecimalField(
+        max_digits=20, decimal_places=0, null=True, blank=True, help_text="st_dev of the folder when granted."
+    )
+    inode = models.DecimalField(
+        max_digits=20, decimal_places=0, null=True, blank=True, help_text="st_ino of the folder when granted."
+    )
+    allow_hard_links = models.BooleanField(
+        default=False,
+        help_text="Read files with several hard links, or on another file system, inside this folder "
+        "(otherwise skipped: such a file can be another tenant's).",
+    )
 
     objects = TenantScopedQuerySet.as_manager()
 

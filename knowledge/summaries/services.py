@@ -11,7 +11,8 @@ one-chunk document is its own summary) and no summary yet, it:
    (``knowledge.summaries.llm``); without one, or when the call fails, the extractive summary
    (``knowledge.summaries.extractive``), the failure recorded in the chunk's
    ``metadata["summary"]["degraded"]``. After an endpoint failure (not a bad reply) the rest of
-   the run stops calling the LLM;
+   the run stops calling the LLM; so it does once the tenant's LLM tokens of the day are used up
+   (the calls count against them: ``llm.metering``, recorded as ``summaries``);
 2. embeds ``"<title>\\n<summary>"`` with the tenant's embedder;
 3. stores each batch in one transaction, under row locks on its versions: a version that was
    replaced meanwhile gets a summary that is not current, like its chunks; one deleted meanwhile
@@ -44,7 +45,7 @@ from knowledge.ingestion_settings import SUMMARY_METHODS, summary_method
 from knowledge.models import SUMMARY_ORDINAL, Chunk, DocumentVersion
 from knowledge.summaries.extractive import BodyChunk, summary_extract
 from knowledge.summaries.llm import summary_clean, summary_messages
-from llm import LLMBadOutput, LLMEmptyReply, LLMError
+from llm import LLMBadOutput, LLMEmptyReply, LLMError, llm_metered
 from llm.tokenizer import count_tokens
 
 logger = logging.getLogger(__name__)
@@ -155,7 +156,9 @@ def summaries_refresh(
     ``max_tokens`` bounds each summary (cl100k tokens; the LLM is asked for two thirds as many words).
     Returns counts ``{"method", "versions", "created", "llm", "extractive", "degraded",
     "tokens_in", "tokens_out", "seconds"}`` (``degraded``: versions the LLM was meant to summarize
-    that got the extractive summary). ``InvalidInput`` for an unknown method. Idempotent.
+    that got the extractive summary, e.g. once the tenant's LLM tokens of the day are used up:
+    the calls count against them, ``llm.metering``). ``InvalidInput`` for an unknown method.
+    Idempotent.
     """
     started = time.perf_counter()
     tenant = Tenant.objects.get(pk=tenant_id)
@@ -174,7 +177,8 @@ def summaries_refresh(
     embedder = get_embedder(tenant.embedder)
     for start in range(0, len(pending), batch):
         drafts = _drafts_load(tenant, pending[start : start + batch], embedder_key=embedder.key)
-        _drafts_write(drafts, state=state, wanted_llm=method in ("auto", "llm"), max_tokens=max_tokens)
+        with llm_metered(tenant=tenant, purpose="summaries"):
+            _drafts_write(drafts, state=state, wanted_llm=method in ("auto", "llm"), max_tokens=max_tokens)
         drafts = [d for d in drafts if d.text]
         if not drafts:
             continue

@@ -14,7 +14,7 @@ register = template.Library()
 @register.inclusion_tag("portal/_tenant_switcher.html", takes_context=True)
 def tenant_switcher(context) -> dict:
     """Context of ``portal/_tenant_switcher.html``: ``current`` (a ``Membership`` or ``None``),
-    ``memberships`` (all of the user's, by slug) and ``next`` (this page's path)."""
+    ``memberships`` (the user's the request may act in, by slug) and ``next`` (this page's path)."""
     request = context.get("request")
     if request is None or not request.user.is_authenticated:
         return {"current": None, "memberships": []}
@@ -24,7 +24,7 @@ def tenant_switcher(context) -> dict:
         current = None
     return {
         "current": current,
-        "memberships": membership_list(user=request.user),
+        "memberships": membership_list(user=request.user, request=request),
         "next": request.get_full_path(),
         "csrf_token": context.get("csrf_token"),
     }

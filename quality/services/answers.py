@@ -8,7 +8,9 @@ support of ``retrieval.stages.score``). Where a judgment has gold answers
 exact match, token F1 and gold-in-answer for a reference text (HotpotQA); yes/no accuracy,
 lenient factoid accuracy and ROUGE-L for BioASQ. Each judged question is answered through the
 run's pipeline and mode, untraced; answers are slow I/O (embeddings, maybe LLM calls), so no
-transaction is held meanwhile.
+transaction is held meanwhile. Their LLM calls, the judge's included, count against the tenant's
+daily LLM tokens (``llm.metering``): over its limit the answers are extractive and the LLM grades
+are missing, with the reason.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dataclasses import replace
 from statistics import fmean
 
 from core.errors import InvalidInput
-from llm import configured_llm
+from llm import configured_llm, llm_metered
 from quality.answer_metrics import exact_match, factoid_lenient, gold_in_answer, rouge_l, token_f1, yes_no
 from quality.metrics import percentile
 from quality.models import EvaluationRun, Judgment, JudgmentList
@@ -141,6 +143,7 @@ def evaluation_answer_rows(
     "llm_calls", "tokens_in", "tokens_out" (the pipeline's LLM usage, the judge's not counted),
     "scores"}``; ``scores`` merges ``retrieval.stages.score.answer_scores`` and
     ``answer_gold_scores``. ``InvalidInput`` for an unknown pipeline or mode or an empty list.
+    Every LLM call counts against the tenant's daily LLM tokens (recorded as ``evaluation``).
     """
     if mode is not None and mode not in MODES:
         raise InvalidInput(f"Unknown mode {mode!r}; use one of {', '.join(MODES)}.")
@@ -158,17 +161,18 @@ def evaluation_answer_rows(
         raise InvalidInput(f"Judgment list {judgment_list.name!r} has no judgments.")
     rows: list[dict] = []
     for number, (query_id, question, relevant, gold) in enumerate(judgments, start=1):
-        run = pipeline_answer(
-            tenant=tenant,
-            question=question[:MAX_QUERY_CHARS],
-            pipeline=spec,
-            k=k,
-            llm=client,
-            use_llm=client is not None,
-            trace=False,
-        )
-        # A run scored live (KB_SCORE_ANSWERS) already holds the same scores.
-        scores = run.scores or answer_scores(run.answer, embedder=tenant.embedder, llm=client).scores
+        with llm_metered(tenant=tenant, purpose="evaluation"):
+            run = pipeline_answer(
+                tenant=tenant,
+                question=question[:MAX_QUERY_CHARS],
+                pipeline=spec,
+                k=k,
+                llm=client,
+                use_llm=client is not None,
+                trace=False,
+            )
+            # A run scored live (KB_SCORE_ANSWERS) already holds the same scores.
+            scores = run.scores or answer_scores(run.answer, embedder=tenant.embedder, llm=client).scores
         usage = run.usage.as_dict()
         rows.append(
             {

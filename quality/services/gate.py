@@ -9,7 +9,8 @@ lists there is nothing to measure and the change applies at once.
 
 Evaluating is slow I/O (embeddings, maybe LLM calls), so it runs outside any transaction; the
 verdict is applied under ``select_for_update`` of the tenant, and only if the settings the change
-was measured against are still the ones in force.
+was measured against are still the ones in force. Its LLM calls count against the tenant's daily
+LLM tokens (recorded as ``quality_gate``): over the limit the queries run without the LLM.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from core.audit import SYSTEM_QUALITY_GATE, audit_actor, audit_record
 from core.errors import ApplicationError, InvalidInput, PermissionDenied
 from core.models import Membership, Tenant
 from core.queue import task_enqueue
+from llm import llm_metered
 from quality import task_names
 from quality.models import ConfigChange
 from quality.selectors import judgment_lists_to_gate, quality_tolerance
@@ -145,7 +147,9 @@ def config_change_evaluate(*, change_id: int) -> ConfigChange:
     proposed ones (b). ``progress_done`` counts the queries run out of ``progress_total``.
     The change is refused when a list's mean nDCG@10 drops by more than ``tolerance``; else it
     is accepted and applied. It fails (settings untouched) when evaluating fails or the tenant's
-    settings changed meanwhile. A change that is not pending is returned as it is.
+    settings changed meanwhile. A change that is not pending is returned as it is. The LLM calls
+    of both runs count against the tenant's daily LLM tokens (``quality_gate``); over the limit
+    they are not made and the queries run without the LLM (``degraded`` in the runs).
     """
     claimed = ConfigChange.objects.filter(pk=change_id, status=ConfigChange.Status.PENDING).update(
         status=ConfigChange.Status.EVALUATING
@@ -166,11 +170,12 @@ def config_change_evaluate(*, change_id: int) -> ConfigChange:
             measured = {}
             for side, overrides in (("current", change.current_config), ("proposed", change.new_config)):
                 offset = done
-                measured[side] = evaluation_run(
-                    judgment_list=judgment_list,
-                    overrides=overrides,
-                    on_query=lambda n, _total, offset=offset: _progress(change_id, offset + n),
-                )
+                with llm_metered(tenant=tenant, purpose="quality_gate"):
+                    measured[side] = evaluation_run(
+                        judgment_list=judgment_list,
+                        overrides=overrides,
+                        on_query=lambda n, _total, offset=offset: _progress(change_id, offset + n),
+                    )
                 done += sizes[judgment_list.pk]
             deltas[judgment_list.name] = metrics_delta(measured["current"].metrics, measured["proposed"].metrics)
             runs[judgment_list.name] = {side: run.pk for side, run in measured.items()}

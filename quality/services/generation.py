@@ -18,6 +18,9 @@ generation (InPars, Bonifacio et al. 2022, arXiv:2202.05144). Here it is a backg
 
 LLM calls are slow I/O: no transaction is held while they run; progress is written after each
 question, and the list is stored in one transaction at the end (nothing when the job fails).
+They count against the tenant's daily LLM tokens (``llm.metering``, recorded as ``judgments``):
+a start over the limit is refused (``QuotaExceeded``, 429), and a generation that reaches it
+fails with the figures, storing nothing.
 """
 
 from __future__ import annotations
@@ -35,10 +38,11 @@ from core.errors import ApplicationError, InvalidInput
 from core.models import Tenant
 from core.queue import task_enqueue
 from knowledge.models import Chunk, Source
-from llm import LLMBadOutput, LLMEmptyReply, LLMError, Usage
+from llm import LLMBadOutput, LLMEmptyReply, LLMError, LLMQuotaExceeded, Usage, llm_metered
 from quality import task_names
 from quality.models import JudgmentGeneration, JudgmentList
 from quality.services.judgments import judgment_list_import
+from retrieval.quotas import llm_quota_error, llm_quota_get
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +98,9 @@ def judgment_generation_start(
     eagerly, so the returned generation already holds the outcome).
 
     ``InvalidInput`` (nothing stored) for a sample outside 1..``MAX_SAMPLE``, an unknown source,
-    or when no LLM is configured (code ``llm_not_configured``, see ``NEEDS_LLM``).
+    or when no LLM is configured (code ``llm_not_configured``, see ``NEEDS_LLM``);
+    ``QuotaExceeded`` (429, nothing stored or restarted) when the tenant used its LLM tokens of
+    the last 24 hours.
     """
     if not isinstance(sample, int) or isinstance(sample, bool) or not 1 <= sample <= MAX_SAMPLE:
         raise InvalidInput(f"The sample size must be a whole number from 1 to {MAX_SAMPLE}.")
@@ -109,6 +115,10 @@ def judgment_generation_start(
         return existing
     if llm_api.configured_llm() is None:
         raise InvalidInput(NEEDS_LLM, code="llm_not_configured")
+    quota = llm_quota_get(tenant=tenant)
+    over_quota = llm_quota_error(quota) if quota is not None else None
+    if over_quota is not None:
+        raise over_quota
     try:
         with transaction.atomic():
             if existing is None:
@@ -260,8 +270,9 @@ def judgment_list_generate(*, generation_id: int, llm=None) -> JudgmentGeneratio
     "text", "grade": 1, "chunk_id", "version"}``; ``error`` notes a shortfall when fewer
     questions were usable than wanted. It *fails* (``error`` says why, nothing stored) without
     an LLM, without chunks to sample, when no question was usable, when the LLM endpoint fails
-    (``LLMError`` other than a bad reply) or on any other error. A generation that is not
-    pending is returned as it is.
+    (``LLMError`` other than a bad reply), when the tenant's LLM tokens of the day run out (its
+    calls count against them: ``quota_exceeded:`` and the figures) or on any other error. A
+    generation that is not pending is returned as it is.
     """
     claimed = JudgmentGeneration.objects.filter(pk=generation_id, status=JudgmentGeneration.Status.PENDING).update(
         status=JudgmentGeneration.Status.RUNNING
@@ -289,7 +300,8 @@ def judgment_list_generate(*, generation_id: int, llm=None) -> JudgmentGeneratio
                 if wanted == 0:
                     break
                 chunk = Chunk.objects.select_related("version__document").get(pk=chunk_id)
-                question, call_usage = _question_ask(llm, chunk)
+                with llm_metered(tenant=generation.tenant_id, purpose="judgments"):
+                    question, call_usage = _question_ask(llm, chunk)
                 usage.add(call_usage)
                 problem = question_problem(question, chunk.text)
                 if problem:
@@ -334,7 +346,9 @@ def judgment_list_generate(*, generation_id: int, llm=None) -> JudgmentGeneratio
         else:
             logger.exception("Judgment generation %s failed", generation_id)
         message = exc.message if isinstance(exc, ApplicationError) else f"{type(exc).__name__}: {exc}"
-        if isinstance(exc, LLMError):
+        if isinstance(exc, LLMQuotaExceeded):
+            message = f"{exc.code}: {message}"
+        elif isinstance(exc, LLMError):
             message = f"The LLM failed: {message}"
         JudgmentGeneration.objects.filter(pk=generation_id).update(usage=usage.as_dict())
         _fail(generation_id, message)

@@ -14,7 +14,8 @@ chunks become the ranking the judgments speak about, and ``quality.metrics`` sco
   quotes it (an extractive summary does), so summaries are measured strictly there.
 
 Retrieval is slow I/O (embeddings, maybe LLM calls), so no transaction is held while a run is
-measured.
+measured. The runs' LLM calls count against the tenant's daily LLM tokens (``llm.metering``):
+over its limit a query is searched without the LLM (``degraded``, with the reason).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from knowledge.ingestion.splitters import get_splitter
 from knowledge.models import DocumentVersion, Source
 from knowledge.services import documents_ingest, source_get_or_create
 from knowledge.services.embeddings import chunks_embed
+from llm import llm_metered
 from quality.importers import Dataset
 from quality.metrics import documents_from_chunks, metrics_aggregate, query_metrics
 from quality.models import EvaluationRun, Judgment, JudgmentList
@@ -126,7 +128,8 @@ def evaluation_run(
     pipeline's latency; LLM usage totals ``llm_calls``, ``tokens_in``, ``tokens_out``,
     ``cost_usd``; ``degraded`` queries; ``queries``) and per-query results. ``dataset`` defaults
     to the list's origin; ``splitter`` is recorded in ``config``. ``on_query(done, total)`` is
-    called after each query.
+    called after each query. LLM calls count against the tenant's daily LLM tokens (recorded as
+    ``evaluation``); over the limit the queries run without the LLM and count as ``degraded``.
     """
     if mode is not None and mode not in MODES:
         raise InvalidInput(f"Unknown mode {mode!r}; use one of {', '.join(MODES)}.")
@@ -144,13 +147,14 @@ def evaluation_run(
     usage = dict.fromkeys(USAGE_KEYS, 0)
     degraded = 0
     for number, judgment in enumerate(judgments, start=1):
-        run = pipeline_retrieve(
-            tenant=tenant,
-            query=judgment.question[:MAX_QUERY_CHARS],
-            pipeline=spec,
-            k=k,
-            mode=mode,
-        )
+        with llm_metered(tenant=tenant, purpose="evaluation"):
+            run = pipeline_retrieve(
+                tenant=tenant,
+                query=judgment.question[:MAX_QUERY_CHARS],
+                pipeline=spec,
+                k=k,
+                mode=mode,
+            )
         ranking, grades, top = _judged_ranking(run.results, judgment.relevant, duplicates)
         latency = round(run.total_ms, 2)
         latencies.append(latency)

@@ -12,6 +12,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from core.errors import UpstreamError
 from knowledge.embedders import LocalMiniLMEmbedder, OpenAIEmbedder, get_embedder, onnx_export_ensure
+from knowledge.embedders.base import EmbeddingCache
 from tests.conftest import BIKE, PASTA, TAXES
 
 # Real sentences: the fixture documents' sentences and a few questions about them.
@@ -94,8 +95,12 @@ def test_an_unknown_embedder_key_is_refused():
 
 @pytest.fixture(scope="module")
 def backends():
-    """The local model on each backend (the ONNX export is made once into KB_DATA_DIR)."""
-    return {b: LocalMiniLMEmbedder(backend=b) for b in ("torch", "onnx", "onnx-int8")}
+    """The local model on each backend (the ONNX export is made once into KB_DATA_DIR), each
+    without its embedding cache, so every call runs the model."""
+    embedders = {b: LocalMiniLMEmbedder(backend=b) for b in ("torch", "onnx", "onnx-int8")}
+    for embedder in embedders.values():
+        embedder.embedding_cache = EmbeddingCache(0)
+    return embedders
 
 
 def test_the_onnx_backend_gives_the_torch_backends_vectors(backends):
@@ -217,3 +222,68 @@ def test_a_query_cache_of_size_zero_embeds_every_query(endpoint, settings):
     embedder.embed_query("expense policy")
     embedder.embed_query("expense policy")
     assert EmbeddingsEndpoint.requests == before + 2
+
+
+def test_a_text_embedded_again_is_answered_from_the_embedding_cache(endpoint):
+    embedder = OpenAIEmbedder("stub-model")
+    before = EmbeddingsEndpoint.requests
+    first = embedder.embed(["a", "bbb"])
+    again = embedder.embed(["bbb", "a"])
+    assert EmbeddingsEndpoint.requests == before + 1
+    assert np.array_equal(again, first[::-1])
+    assert embedder.embedding_cache.info() | {"size": None} == {"hits": 2, "misses": 2, "entries": 2, "size": None}
+
+
+def test_only_the_texts_not_in_the_embedding_cache_reach_the_model():
+    sent: list[list[str]] = []
+
+    def compute(texts):
+        sent.append(list(texts))
+        return np.array([[float(len(t)), 1.0] for t in texts], dtype=np.float32)
+
+    cache = EmbeddingCache(10)
+    cache.embed(["a", "bb"], compute)
+    vectors = cache.embed(["bb", "ccc", "ccc", "a"], compute)
+    assert sent == [["a", "bb"], ["ccc"]]
+    assert vectors.tolist() == [[2.0, 1.0], [3.0, 1.0], [3.0, 1.0], [1.0, 1.0]]
+
+
+def test_the_embedding_cache_forgets_the_least_recently_used_text_past_its_size():
+    sent: list[str] = []
+
+    def compute(texts):
+        sent.extend(texts)
+        return np.ones((len(texts), 2), dtype=np.float32)
+
+    cache = EmbeddingCache(2)
+    cache.embed(["a", "b"], compute)
+    cache.embed(["a"], compute)  # "b" is now the least recently used
+    cache.embed(["c"], compute)
+    cache.embed(["a", "b"], compute)
+    assert sent == ["a", "b", "c", "b"]
+    assert cache.info()["entries"] == 2
+
+
+def test_a_failed_embedding_leaves_nothing_in_the_embedding_cache(endpoint):
+    embedder = OpenAIEmbedder("broken")
+    with pytest.raises(UpstreamError):
+        embedder.embed(["text"])
+    assert embedder.embedding_cache.info()["entries"] == 0
+
+
+def test_an_embedding_cache_of_size_zero_embeds_every_text(endpoint, settings):
+    settings.KB_EMBED_CACHE = 0
+    embedder = OpenAIEmbedder("stub-model")
+    before = EmbeddingsEndpoint.requests
+    embedder.embed(["expense policy"])
+    embedder.embed(["expense policy"])
+    assert EmbeddingsEndpoint.requests == before + 2
+
+
+def test_the_local_embedders_cached_vectors_are_its_models_vectors():
+    embedder = LocalMiniLMEmbedder(backend="onnx")
+    first = embedder.embed(SENTENCES[:4])
+    mixed = embedder.embed(SENTENCES[2:6])
+    assert embedder.embedding_cache.info()["hits"] == 2
+    assert np.allclose(mixed, embedder._embed_uncached(SENTENCES[2:6]), atol=1e-5)
+    assert np.array_equal(mixed[:2], first[2:])

@@ -5,7 +5,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 from dulwich import porcelain
 from dulwich.repo import Repo
 
@@ -247,16 +246,13 @@ def test_a_file_that_cannot_be_read_fails_alone(tenant, repository):
     assert "handbook/broken" not in live(source)
 
 
-def test_a_file_url_is_fetched_into_the_cache_and_the_next_sync_fetches_new_commits(tenant, repository):
+def test_a_file_url_is_read_in_place_like_a_path_and_the_next_sync_finds_new_commits(tenant, repository):
     source = git_source(tenant, f"file://{repository.path}")
 
     first = source_sync(source=source)
 
     assert (first.status, first.new) == ("done", 3), first.error
-    cache = cache_folder(source)
-    assert cache == Path(settings.KB_DATA_DIR) / "git" / str(tenant.pk) / str(source.pk)
-    with Repo(str(cache)) as fetched:
-        assert fetched.bare
+    assert not cache_folder(source).exists()  # nothing copied into the data directory
     assert published(live(source)["handbook/pasta"]) == MAR
 
     repository.commit(APR, {"guides/brakes.md": "# Brakes\n\nAdjust the brake pads so they meet the rim evenly.\n"})
@@ -266,13 +262,13 @@ def test_a_file_url_is_fetched_into_the_cache_and_the_next_sync_fetches_new_comm
     assert published(live(source)["handbook/guides/brakes"]) == APR
 
 
-def test_a_url_that_cannot_be_fetched_fails_the_run(tenant, tmp_path):
+def test_a_file_url_with_no_repository_fails_the_run(tenant, tmp_path):
     source = git_source(tenant, f"file://{tmp_path / 'repos' / 'nowhere'}")
 
     run = source_sync(source=source)
 
     assert run.status == "failed"
-    assert "could not be fetched" in run.error
+    assert "no such repository" in run.error
 
 
 def test_two_repositories_with_the_same_file_do_not_clash(tenant, tmp_path):

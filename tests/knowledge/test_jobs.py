@@ -25,10 +25,10 @@ from knowledge.ingestion.readers import read_bytes
 from knowledge.ingestion.splitters import get_splitter
 from knowledge.models import Document, DocumentVersion, IngestionJob
 from knowledge.services import IngestionJobBusy, ingestion_job_run, ingestion_jobs_recover, upload_ingest
-from tests.conftest import free_port
+from tests.conftest import free_port, redis_url
 
 ROOT = Path(__file__).resolve().parents[2]
-BROKER = "redis://127.0.0.1:6379/14"  # database 14: the worker-kill test's own (test_tasks uses 15)
+BROKER = redis_url(14)  # database 14: the worker-kill test's own (test_tasks uses 15)
 LEASE_S = 5
 TIME_LIMIT_S = 10
 VISIBILITY_S = TIME_LIMIT_S + LEASE_S  # what config/settings.py derives from the two

@@ -4,6 +4,7 @@ import pytest
 
 from core.errors import InvalidInput, UnsupportedFileType
 from knowledge.ingestion.readers import read_bytes
+from knowledge.ingestion.restructured import rst_plain
 from knowledge.ingestion.splitters import MaxTokenSplitter, SentenceSplitter, SingleChunkSplitter
 
 
@@ -22,6 +23,34 @@ def test_rst_markup_is_reduced_to_readable_text_with_sections():
     assert "    def __init__(self):" in document.text
     assert "New in version 5.0" in document.text
     assert [s.heading for s in document.sections] == ["Custom model fields", "Writing a subclass"]
+
+
+RST_WITH_SPHINX_NAMES = (
+    "Title\n=====\n\nSee :foo:`the bar <bar>` and :py:meth:`a.b`.\n\n"
+    ".. mydirective:: An argument\n\n   Its content names :baz:`qux`.\n\n"
+    ".. role:: custom\n\nThen :custom:`text`.\n"
+)
+
+
+def test_roles_and_directives_a_document_names_are_shown_without_registering_them_in_docutils():
+    from docutils.parsers.rst import directives, roles
+
+    text, headings = rst_plain(RST_WITH_SPHINX_NAMES)
+
+    assert text == "Title\n\nSee the bar and a.b().\n\nAn argument\n\nIts content names qux.\n\nThen text."
+    assert headings == ["Title"]
+    assert not {"foo", "py:meth", "baz", "custom"} & set(roles._roles)
+    assert not {"mydirective", "role"} & set(directives._directives)
+
+
+def test_docutils_itself_still_finds_a_role_unknown_after_a_document_named_it():
+    from docutils.core import publish_doctree
+    from docutils.nodes import problematic
+
+    rst_plain(RST_WITH_SPHINX_NAMES)
+
+    tree = publish_doctree("See :foo:`bar`.", settings_overrides={"report_level": 5, "halt_level": 5})
+    assert list(tree.findall(problematic))  # "Unknown interpreted text role"
 
 
 def test_a_release_note_date_under_the_title_becomes_published_at():

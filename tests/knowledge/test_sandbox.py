@@ -129,11 +129,42 @@ def test_the_child_reports_its_time_and_memory(caplog):
     assert record.parse_wall_s < 10
 
 
-def test_pdf_and_office_files_are_read_in_the_child_and_text_formats_in_this_process(tmp_path, monkeypatch):
+def test_pdf_office_rst_and_html_files_are_read_in_the_child_and_the_linear_formats_in_this_process(
+    tmp_path, monkeypatch
+):
     calls = []
     real = sandbox.parse_isolated
     monkeypatch.setattr(sandbox, "parse_isolated", lambda parse, **kw: calls.append(kw["name"]) or real(parse, **kw))
     assert read_bytes(pdf_of_texts(["Quarterly travel policy"]), name="policy.pdf")[0].text == "Quarterly travel policy"
     assert read_bytes(make_docx(tmp_path / "travel.docx").read_bytes(), name="travel.docx")[0].title == "Travel policy"
+    assert read_bytes(b"Notes\n=====\n\nSee :class:`Field`.", name="notes.rst")[0].text == "Notes\n\nSee Field."
+    assert read_bytes(b"Notes\n=====\n\nPlain.", name="notes.txt", fmt="rst")[0].title == "Notes"
+    assert read_bytes(b"<h1>Notes</h1><p>Plain.</p>", name="notes.html")[0].title == "Notes"
     assert read_bytes(b"# Notes\n\nPlain text.", name="notes.md")[0].title == "Notes"
-    assert calls == ["policy.pdf", "travel.docx"]
+    assert read_bytes(b"Notes\n\nPlain text.", name="notes.txt")[0].title == "Notes"
+    assert read_bytes(b'{"text": "Plain text."}', name="notes.jsonl")[0].text == "Plain text."
+    assert calls == ["policy.pdf", "travel.docx", "notes.rst", "notes.txt", "notes.html"]
+
+
+def test_a_parse_that_runs_out_of_memory_while_holding_its_tree_is_too_large(settings):
+    # docutils' tree is still held while its MemoryError unwinds: not even the error could be
+    # made then, so the child had sent nothing ("parse_failed").
+    settings.KB_PARSE_MEMORY_MB = 64
+    data = "".join(f"x :r{i}:`t`\n\n" for i in range(100_000)).encode()
+    with pytest.raises(InvalidInput) as caught:
+        read_bytes(data, name="roles.rst")
+    assert caught.value.code == "document_too_large"
+
+
+def test_a_date_in_a_named_time_zone_comes_back_from_the_child():
+    from zoneinfo import ZoneInfo
+
+    when = datetime(2025, 4, 2, tzinfo=ZoneInfo("Europe/Paris"))
+    assert sandbox.parse_isolated(lambda: when, name="notes.rst") == when
+
+
+def test_a_parse_in_the_child_that_reads_again_reads_in_the_same_child():
+    parent = os.getpid()
+    # A page read as Markdown inside the child: the inner call does not fork a grandchild.
+    pids = sandbox.parse_isolated(lambda: (os.getpid(), sandbox.parse_isolated(os.getpid, name="inner")), name="outer")
+    assert pids[0] == pids[1] != parent

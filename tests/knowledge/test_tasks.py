@@ -9,16 +9,17 @@ from celery.contrib.testing.worker import start_worker
 from config.celery import app
 from knowledge.models import Chunk, ChunkEnrichment, Document, IngestionJob, MinHashSignature
 from knowledge.services import upload_ingest
+from tests.conftest import redis_url
 
-BROKER = "redis://127.0.0.1:6379/15"
+BROKER = redis_url(15)
 
 
 @pytest.fixture
 def redis_worker():
-    """A Celery worker thread consuming from the real local Redis (database 15)."""
+    """A Celery worker thread consuming from the real local Redis (this module's own database)."""
     client = redis.Redis.from_url(BROKER)
     try:
-        client.flushdb()  # database 15 is the tests' own: drop messages a failed run left
+        client.flushdb()  # the database is this module's own: drop messages a failed run left
     except redis.ConnectionError as exc:
         pytest.fail(f"Redis is not running on 127.0.0.1:6379 ({exc}); start it as DEVELOPERS.md says.")
     previous = {key: app.conf[key] for key in ("broker_url", "task_always_eager", "result_backend")}

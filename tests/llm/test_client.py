@@ -550,7 +550,11 @@ def test_an_answer_pipeline_on_a_hung_endpoint_degrades_within_the_timeout_budge
     run = pipeline_answer(
         tenant=corpus, question="How long do I boil spaghetti?", pipeline="advanced", llm=client_for(endpoint)
     )
-    assert time.monotonic() - started < 1.0 + 2
+    # The rephrase call is cut at the client's 1.0 s budget, and the run never waits for the 5 s
+    # reply; the LLM-free stages' own time varies with what else the cores run (xdist).
+    rephrase = next(step for step in run.steps if step.stage == "rephrase")
+    assert rephrase.ms < (1.0 + 0.5) * 1000
+    assert time.monotonic() - started < 1.0 + 3.5
     assert len(endpoint.requests) == 1  # rephrase timed out; expand and generate did not call again
     assert run.degraded and "rephrase" in run.degraded_reason
     assert run.answer.mode == "extractive" and run.answer.citations

@@ -116,6 +116,15 @@ def test_qwen_is_served_with_the_chat_template_of_its_gguf_and_gemma_with_llama_
     assert cached[cached.index("--cache") + 1] == "true"
 
 
+def test_the_local_server_runs_the_threads_it_is_given_and_at_least_one(tmp_path):
+    def threads(command):
+        return command[command.index("--n_threads") + 1]
+
+    assert threads(local_llm_command(QWEN_25_CODER_15B, tmp_path / "q.gguf", port=8001)) == "2"
+    assert threads(local_llm_command(QWEN_25_CODER_15B, tmp_path / "q.gguf", port=8001, threads=1)) == "1"
+    assert threads(local_llm_command(QWEN_25_CODER_15B, tmp_path / "q.gguf", port=8001, threads=0)) == "1"
+
+
 # --- the real Qwen2.5-Coder-1.5B (each answer costs 5-40 s on 2 cores) ----------------------------
 
 

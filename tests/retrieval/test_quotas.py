@@ -78,13 +78,14 @@ def test_a_tenant_with_a_token_limit_is_traced_even_when_tracing_is_off(corpus, 
     assert metered.trace_id is not None and llm_tokens_used(tenant=corpus) > 0
 
 
-def test_runs_without_a_trace_such_as_evaluations_are_neither_metered_nor_limited(corpus):
+def test_runs_without_a_trace_such_as_evaluations_are_limited_too_and_stay_untraced(corpus):
     TenantQuota.objects.create(tenant=corpus, max_llm_tokens_per_day=0)
     llm = ScriptedLLM(chat_reply="Boil it for nine to eleven minutes [1].")
 
     run = pipeline_answer(tenant=corpus, question=QUESTION, llm=llm, trace=False)
 
-    assert llm.calls and not run.degraded and run.trace_id is None
+    assert llm.calls == [] and run.answer.mode == "extractive" and run.trace_id is None
+    assert run.degraded and run.degraded_reason.startswith("quota_exceeded: ")
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""Fixtures of the security probes: the API's token clients and a temporary upload folder."""
+"""Fixtures of the security probes: the API's token clients, a temporary upload folder, and the
+single sign-on tests' real OpenID Connect provider on loopback with tenant ``acme`` using it."""
 
 from tests.api.conftest import (  # noqa: F401 - pytest fixtures, re-used as they are
     admin_client,
@@ -7,13 +8,8 @@ from tests.api.conftest import (  # noqa: F401 - pytest fixtures, re-used as the
     other_admin_client,
     upload_dir,
 )
-
-
-def pytest_terminal_summary(terminalreporter):
-    """Print the probe table of the attack tests that ran (``tests/security/probe_table.py``)."""
-    from tests.security.probe_table import probe_table
-
-    table = probe_table()
-    if table:
-        terminalreporter.write_sep("-", "tenant-boundary probes")
-        terminalreporter.write_line(table)
+from tests.sso.conftest import (  # noqa: F401 - pytest fixtures, re-used as they are
+    acme,
+    acme_sso,
+    idp,
+)

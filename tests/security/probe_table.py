@@ -1,7 +1,9 @@
-"""The probe table: what each attack of ``test_source_attacks`` and ``test_upload_attacks`` got,
-printed at the end of the test run (``tests/security/conftest.py``), for ``docs/security.md``.
+"""The probe table: what each attack of ``test_source_attacks``, ``test_upload_attacks`` and
+``test_git_folder_attacks`` got, printed at the end of the test run (``tests/security/conftest.py``),
+for ``docs/security.md``.
 
-    bash scripts/test.sh tests/security/test_source_attacks.py tests/security/test_upload_attacks.py
+    bash scripts/test.sh tests/security/test_source_attacks.py tests/security/test_upload_attacks.py \
+        tests/security/test_git_folder_attacks.py
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Single sign-on in a real browser (Playwright driving Debian's chromium, headless): the login
 page's button, the provider's own login form on another origin, and the redirects back, for the
-portal and for the admin."""
+portal (through the tenant's provider) and for the admin (a staff account: through the
+installation's provider, since a tenant's provider never signs in staff)."""
 
 import shutil
 
@@ -9,7 +10,7 @@ from playwright.sync_api import expect, sync_playwright
 
 from tests.factories import MembershipFactory, UserFactory
 from tests.portal.test_browser import CHROMIUM, db_read
-from tests.sso.conftest import TENANT, USERS
+from tests.sso.conftest import CLIENT_ID, CLIENT_SECRET, TENANT, USERS
 
 pytestmark = pytest.mark.skipif(
     shutil.which(CHROMIUM) is None, reason=f"no chromium at {CHROMIUM} (apt-get install chromium)"
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture
 def ann(acme):
-    user = UserFactory(username="ann", email="ann@acme.example", is_staff=True)
+    user = UserFactory(username="ann", email="ann@acme.example")
     MembershipFactory(user=user, tenant=acme, role="admin")
     return user
 
@@ -51,9 +52,14 @@ def test_a_member_signs_in_to_the_portal_through_the_tenants_provider_in_chromiu
     assert role == "editor"  # the provider's kb_roles claim: kb-editors -> editor
 
 
-def test_a_tenant_admin_signs_in_to_the_admin_through_the_provider_in_chromium(page, live_server, idp):
-    page.goto(f"{live_server.url}/admin/login/?tenant={TENANT}&next=/admin/")
-    page.click("text=Sign in with Acme IdP")
+def test_a_staff_tenant_admin_signs_in_to_the_admin_through_the_installations_provider_in_chromium(
+    page, live_server, idp, ann, settings
+):
+    db_read(lambda: type(ann).objects.filter(pk=ann.pk).update(is_staff=True))
+    settings.KB_OIDC_ISSUER, settings.KB_OIDC_NAME = idp.issuer, "Company login"
+    settings.KB_OIDC_CLIENT_ID, settings.KB_OIDC_CLIENT_SECRET = CLIENT_ID, CLIENT_SECRET
+    page.goto(f"{live_server.url}/admin/login/?next=/admin/")
+    page.click("text=Sign in with Company login")
     provider_login(page, idp)
 
     page.wait_for_url(f"{live_server.url}/admin/")

@@ -22,13 +22,13 @@ from knowledge.services.sources import source_create
 from knowledge.services.sync import source_sync
 from llm import LLMClient, LLMHTTPError
 from tests.api.conftest import client_for
-from tests.conftest import free_port
+from tests.conftest import free_port, redis_url
 from tests.factories import folder_granted
 from tests.telemetry.conftest import QUESTION
 from tests.telemetry.test_spans import _database_url
 
 ROOT = Path(__file__).resolve().parents[2]
-BROKER = "redis://127.0.0.1:6379/13"
+BROKER = redis_url(12)  # this module's own database (test_spans uses 13)
 TOKEN = "scrape-token-0123456789abcdef"
 
 

@@ -13,10 +13,11 @@ from rest_framework.test import APIClient
 
 from retrieval.pipeline import pipeline_answer
 from tests.api.conftest import client_for
+from tests.conftest import redis_url
 from tests.telemetry.conftest import QUESTION
 
 ROOT = Path(__file__).resolve().parents[2]
-BROKER = "redis://127.0.0.1:6379/13"  # this module's own database (jobs tests use 14 and 15)
+BROKER = redis_url(13)  # this module's own database (jobs tests use 14 and 15)
 
 
 def _by_name(spans, name):

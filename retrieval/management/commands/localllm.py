@@ -24,8 +24,14 @@ class Command(BaseCommand):
             action="store_true",
             help="add llama-cpp-python's RAM prompt cache (restores older prompts' states; see llm/local.py)",
         )
+        parser.add_argument(
+            "--threads",
+            type=int,
+            default=None,
+            help="llama.cpp threads (default KB_LOCAL_LLM_THREADS; 1 where other work shares the cores)",
+        )
 
-    def handle(self, *args, port, model, cache, **options):
+    def handle(self, *args, port, model, cache, threads, **options):
         local_model = LOCAL_MODELS[model]
         try:
             path = local_llm_model_path(settings.KB_DATA_DIR, model)
@@ -36,6 +42,9 @@ class Command(BaseCommand):
             f"KB_LLM_MODEL={model}",
         )
         self.stdout.flush()
-        command = local_llm_command(local_model, path, port=port, cache=cache)
+        if threads is not None and threads < 1:
+            raise CommandError("--threads must be 1 or more.")
+        threads = threads or settings.KB_LOCAL_LLM_THREADS
+        command = local_llm_command(local_model, path, port=port, cache=cache, threads=threads)
         os.chdir(settings.BASE_DIR)  # so ``-m llm.local_server`` resolves
         os.execv(command[0], command)

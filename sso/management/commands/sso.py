@@ -6,6 +6,7 @@
     manage.py sso acme --installation                # acme signs in through the installation's provider
     manage.py sso acme --role-claim realm_access.roles --role kb-admins=admin --role kb-editors=editor \\
         --groups-claim groups --create-memberships on
+    manage.py sso acme --allow-other-tenants-members on   # its provider may sign in members of other tenants
     manage.py sso acme --check                       # fetch the provider's discovery document and keys
     manage.py sso acme --remove
 
@@ -52,6 +53,7 @@ def _shown(sso: TenantSso) -> dict:
         "default_role": sso.default_role,
         "groups_claim": sso.groups_claim,
         "create_memberships": sso.create_memberships,
+        "allow_other_tenants_members": sso.allow_other_tenants_members,
     }
 
 
@@ -77,6 +79,11 @@ class Command(TenantCommand):
         parser.add_argument("--default-role", help="the role when no value matches (default member)")
         parser.add_argument("--groups-claim", help="the claim listing access groups; '' for none")
         parser.add_argument("--create-memberships", metavar="on|off", help="give new members a membership")
+        parser.add_argument(
+            "--allow-other-tenants-members",
+            metavar="on|off",
+            help="let the tenant's own provider sign in accounts that are members of other tenants too (default off)",
+        )
         parser.add_argument("--enabled", metavar="on|off", help="switch single sign-on on or off")
         parser.add_argument("--remove", action="store_true", help="remove the tenant's single sign-on")
         parser.add_argument("--check", action="store_true", help="fetch the provider's discovery document and JWKS")
@@ -110,7 +117,7 @@ class Command(TenantCommand):
         for name in ("client_id", "name", "scopes", "role_claim", "default_role", "groups_claim"):
             if options[name] is not None:
                 values[name] = options[name]
-        for name in ("create_memberships", "enabled"):
+        for name in ("create_memberships", "allow_other_tenants_members", "enabled"):
             if options[name] is not None:
                 values[name] = _switch(options[name])
         if options["role"] or options["clear_roles"]:
@@ -177,5 +184,6 @@ class Command(TenantCommand):
             self.stdout.write(
                 f"{row['tenant']}: {state}, {where}, role claim {row['role_claim'] or '-'} {row['role_values']}, "
                 f"default {row['default_role']}, groups claim {row['groups_claim'] or '-'}, "
-                f"create memberships {'on' if row['create_memberships'] else 'off'}"
+                f"create memberships {'on' if row['create_memberships'] else 'off'}, "
+                f"members of other tenants {'allowed' if row['allow_other_tenants_members'] else 'refused'}"
             )
