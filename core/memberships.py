@@ -40,6 +40,9 @@ TENANT_HEADER = "X-Tenant"
 SESSION_KEY = "kb_tenant"
 BOUND_KEY = "kb_tenant_bound"
 _CACHE = "_kb_membership"
+# Memberships are read from the primary even inside a replica read path (core.replicas): a
+# membership made or revoked a moment ago takes effect at once, whatever a replica's lag.
+PRIMARY = "default"
 
 
 def membership_list(*, user, request=None) -> list[Membership]:
@@ -49,7 +52,9 @@ def membership_list(*, user, request=None) -> list[Membership]:
     if user is None or not getattr(user, "is_authenticated", False):
         return []
     with rls_bypass():  # a user's memberships span tenants
-        memberships = list(Membership.objects.select_related("tenant").filter(user_id=user.pk).order_by("tenant__slug"))
+        memberships = list(
+            Membership.objects.using(PRIMARY).select_related("tenant").filter(user_id=user.pk).order_by("tenant__slug")
+        )
     bound = membership_bound_slug(request) if request is not None else None
     return memberships if bound is None else [m for m in memberships if m.tenant.slug == bound]
 
@@ -79,7 +84,8 @@ def membership_get(*, user, tenant: Tenant | int) -> Membership:
     tenant_id = tenant if isinstance(tenant, int) else tenant.pk
     with rls_bypass():  # checking membership comes before the tenant is bound
         membership = (
-            Membership.objects.select_related("tenant")
+            Membership.objects.using(PRIMARY)
+            .select_related("tenant")
             .filter(user_id=getattr(user, "pk", None), tenant_id=tenant_id)
             .first()
         )
