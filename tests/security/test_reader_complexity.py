@@ -32,10 +32,12 @@ from knowledge.ingestion.readers import read_bytes
 
 # The largest ratio time(8n) / time(n) accepted: linear is 8; 2.5 times that allows for noise.
 MAX_RATIO = 8 * 2.5
-# The smallest time(n) a ratio is taken against, so that noise on a tiny read fails nothing.
-FLOOR_S = 0.005
 # The smallest read's time the calibration looks for, and the size it starts from.
 MEASURABLE_S = 0.01
+# The smallest time(n) a ratio is taken against (a reader still under MEASURABLE_S at the largest
+# start size is measured against it), so that noise and cache effects on a read of a few ms fail
+# nothing: a quadratic reader's 8n still takes 64 times that, past MAX_RATIO.
+FLOOR_S = MEASURABLE_S
 START_CHARS = 500
 # The size the calibration stops at even if reads stay faster than MEASURABLE_S.
 MAX_START_CHARS = 2**20
