@@ -10,6 +10,7 @@ from knowledge.source_apis import (
     SourceRunDetailApi,
     SourceRunListApi,
     SourceSyncApi,
+    SourceTestApi,
 )
 from people.apis import CitationOpenApi, ConversationDetailApi, ConversationListApi, FeedbackApi, ProfileApi
 from people.ask_apis import AskApi, AskStreamApi
@@ -34,6 +35,7 @@ urlpatterns = [
     path("sources/", SourceListApi.as_view(), name="source-list"),
     path("sources/<int:source_id>/", SourceDetailApi.as_view(), name="source-detail"),
     path("sources/<int:source_id>/sync/", SourceSyncApi.as_view(), name="source-sync"),
+    path("sources/<int:source_id>/test/", SourceTestApi.as_view(), name="source-test"),
     path("sources/<int:source_id>/runs/", SourceRunListApi.as_view(), name="source-run-list"),
     path("sources/<int:source_id>/runs/<int:run_id>/", SourceRunDetailApi.as_view(), name="source-run-detail"),
     path("search/", SearchApi.as_view(), name="search"),

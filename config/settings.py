@@ -353,6 +353,19 @@ KB_WEB_MAX_PAGE_MB = env_float("KB_WEB_MAX_PAGE_MB", 10, minimum=0.01)  # the la
 KB_MIN_SYNC_EVERY_S = env_int("KB_MIN_SYNC_EVERY_S", 900, minimum=60)  # the least sync_every (15 minutes)
 KB_GIT_MAX_MB = env_int("KB_GIT_MAX_MB", 500, minimum=1)  # the most one git fetch may download, or unpack to
 KB_GIT_TIMEOUT_S = env_int("KB_GIT_TIMEOUT_S", 600, minimum=5)  # the longest one git fetch may take
+# Service connectors (Slack, Confluence, Google Drive, GitHub, Jira, Notion; knowledge.connectors.http):
+# tries on 429/5xx and dropped connections (Retry-After honoured), the backoff's first pause, a request's timeout.
+KB_CONNECTOR_RETRIES = env_int("KB_CONNECTOR_RETRIES", 5, minimum=0)
+KB_CONNECTOR_BACKOFF_S = env_float("KB_CONNECTOR_BACKOFF_S", 0.5, minimum=0.0)
+KB_CONNECTOR_TIMEOUT_S = env_int("KB_CONNECTOR_TIMEOUT_S", 30, minimum=1)
+# A service source's permission sync (groups, each document's readers, deletions) runs this often
+# unless the source sets its own perm_every; the least perm_every a tenant may set.
+KB_PERM_SYNC_EVERY_S = env_int("KB_PERM_SYNC_EVERY_S", 900, minimum=60)
+KB_MIN_PERM_SYNC_EVERY_S = env_int("KB_MIN_PERM_SYNC_EVERY_S", 300, minimum=60)
+# Keys that encrypt stored secrets (connector tokens, SSO client secrets; core.secrets): Fernet keys,
+# comma-separated, the first encrypts, all decrypt (rotation: put the new key first, then
+# `manage.py rotatekeys`). Empty: a key derived from SECRET_KEY (check --deploy warns).
+KB_SECRET_KEYS = env_list("KB_SECRET_KEYS", [])
 # Per-tenant quotas' installation defaults (core.quotas; an operator overrides them per tenant).
 # Unset, empty or 'unlimited' = no limit. Syncs per day are limited by default: every sync costs the server a crawl.
 KB_QUOTA_DOCUMENTS = env_limit("KB_QUOTA_DOCUMENTS")

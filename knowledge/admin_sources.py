@@ -1,13 +1,16 @@
 """Django admin for sources and their syncs, isolated by tenant like the rest of ``knowledge.admin``.
 
-The source form groups its fields by the kinds that use them and checks a source with
+The source form groups its fields by the kinds that use them (a service source's page shows only
+the service's fields and its last content and permission syncs) and checks a source with
 ``knowledge.services.sources.source_check``, the check the API and the CLI use, so all three
-accept and refuse the same sources. Globs are edited one per line and schedules as "30m", "1h",
-"1d". "Sync now" (a changelist action, and a button on the change page: template
-``admin/knowledge/source/submit_line.html``) calls
-``knowledge.services.sync.sync_run_request``; a source's newest runs are listed on its page, and
-every run in the read-only sync run admin. Imported by ``knowledge.admin``, which the admin
-autodiscovers.
+accept and refuse the same sources; it saves through ``source_create`` and ``source_update``.
+Globs are edited one per line and schedules as "30m", "1h", "1d". A service source's secret is
+write-only: a password field that never renders the stored value, and left empty keeps it.
+"Sync now" and "Test connection" (changelist actions, and buttons on the change page: template
+``admin/knowledge/source/submit_line.html``) call ``knowledge.services.sync.sync_run_request``
+and ``knowledge.services.sources.source_test``; a source's newest runs are listed on its page,
+and every run in the read-only sync run admin (``knowledge.admin_sync_runs``). Imported by
+``knowledge.admin``, which the admin autodiscovers.
 """
 
 from __future__ import annotations
@@ -23,19 +26,30 @@ from django.core.exceptions import ValidationError
 from django.db.models import Count, OuterRef, Q, Subquery
 from django.forms.models import construct_instance
 from django.http import HttpResponseRedirect
-from django.utils.html import format_html, format_html_join
 
-from core.admin import UNSCOPED, ReadOnlyAdminMixin, TenantScopedAdmin, TenantScopedForm, admin_tenant
+from core.admin import UNSCOPED, TenantScopedAdmin, TenantScopedForm, admin_tenant
 from core.errors import ApplicationError, InvalidInput
 from core.quotas import QuotaExceeded
+from knowledge.admin_sync_runs import (
+    SyncRunInline,
+    content_sync_html,
+    last_run_of,
+    permission_sync_html,
+    run_summary,
+)
 from knowledge.folder_grants import folder_grant_add, folder_grant_hard_links, folder_grant_remove
 from knowledge.models import FolderGrant, Source, SyncRun
 from knowledge.quotas import quota_check
-from knowledge.services.sources import duration_parse, source_check
+from knowledge.services.sources import (
+    SOURCE_FIELDS,
+    duration_parse,
+    source_check,
+    source_create,
+    source_test,
+    source_update,
+)
 from knowledge.services.sync import sync_run_request
 from knowledge.services.versions import versions_prune
-
-INLINE_RUNS = 20  # newest runs listed on a source's page
 
 # --- Form fields ---------------------------------------------------------------------------------
 
@@ -76,11 +90,15 @@ class DurationTextField(forms.CharField):
     def prepare_value(self, value):
         return duration_format(value) if isinstance(value, timedelta) else value
 
+    def __init__(self, *, name: str = "sync_every", **kwargs):
+        self.name = name  # the field's name in the messages of duration_parse, which says sync_every
+        super().__init__(**kwargs)
+
     def to_python(self, value) -> timedelta | None:
         try:
             return duration_parse(super().to_python(value))
         except InvalidInput as exc:
-            raise ValidationError(exc.message, code=exc.code) from None
+            raise ValidationError(exc.message.replace("sync_every", self.name), code=exc.code) from None
 
 
 # --- The source form -----------------------------------------------------------------------------
@@ -94,19 +112,40 @@ _ERROR_FIELDS = {
     "invalid_sync_every": "sync_every",
     "invalid_page_limit": "page_limit",
     "invalid_crawl_delay": "crawl_delay_s",
+    "invalid_secret": "secret",
+    "secret_required": "secret",
+    "invalid_options": "options",
+    "invalid_perm_every": "perm_every",
 }
+
+SECRET_HELP = (
+    "The token or key the service is read with (docs/connectors.md: the scopes it needs). Write-only: "
+    "stored encrypted and never shown. {state}"
+)
 
 
 class SourceForm(TenantScopedForm):
     """Checks a source with ``source_check`` (the API's and CLI's check); its ``InvalidInput`` is a
     form error on the field it names. Fields with a model default (page limit, crawl delay) fall
-    back to it when left empty."""
+    back to it when left empty. A service source's ``secret`` is write-only: never rendered (not
+    even as the form's initial value), and left empty it keeps the stored one."""
 
     include = GlobListField(required=False, help_text=f"{Source._meta.get_field('include').help_text} One per line.")
     exclude = GlobListField(required=False, help_text=f"{Source._meta.get_field('exclude').help_text} One per line.")
     sync_every = DurationTextField(
         required=False,
         help_text="Sync on a schedule this often: 30m, 1h, 1d or 1w (at least 1m); empty = only by hand.",
+    )
+    secret = forms.CharField(
+        required=False,
+        max_length=20_000,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password", "size": 60}),
+    )
+    perm_every = DurationTextField(
+        name="perm_every",
+        required=False,
+        help_text="Sync the permissions (readers, groups, deletions) this often: 15m, 1h (at least the server's "
+        "minimum); empty = the server's default.",
     )
 
     class Meta:
@@ -120,6 +159,12 @@ class SourceForm(TenantScopedForm):
                 field = self.fields[name]
                 field.required = False
                 field.help_text = f"{field.help_text} Empty = {Source._meta.get_field(name).default}."
+        self.initial.pop("secret", None)  # never rendered; and an empty field is then "unchanged"
+        if "secret" in self.fields:
+            stored = bool(self.instance.pk and self.instance.secret)
+            keep = "A token is stored: leave empty to keep it, or type a new one to replace it."
+            state = keep if stored else "None is stored yet."
+            self.fields["secret"].help_text = SECRET_HELP.format(state=state)
 
     def _clean_default(self, name):
         value = self.cleaned_data.get(name)
@@ -130,6 +175,18 @@ class SourceForm(TenantScopedForm):
 
     def clean_crawl_delay_s(self):
         return self._clean_default("crawl_delay_s")
+
+    def clean_secret(self):
+        """The typed secret; left empty, the stored one (a service source keeps its token)."""
+        typed = self.cleaned_data.get("secret") or ""
+        kind = self.cleaned_data.get("kind", self.instance.kind)
+        if typed or not self.instance.pk or kind not in Source.SERVICE_KINDS:
+            return typed
+        return self.instance.secret
+
+    def clean_options(self):
+        options = self.cleaned_data.get("options")
+        return {} if options in (None, "") else options
 
     def clean(self):
         cleaned = super().clean()
@@ -146,7 +203,7 @@ class SourceForm(TenantScopedForm):
         except QuotaExceeded as exc:
             self.add_error(None, exc.message)
             return cleaned
-        for name in ("location", "include", "exclude", "sync_every"):  # as the check normalized them
+        for name in ("location", "include", "exclude", "sync_every", "options", "perm_every"):  # as normalized
             if name in cleaned:
                 cleaned[name] = getattr(candidate, name)
         return cleaned
@@ -158,111 +215,6 @@ class SourceForm(TenantScopedForm):
             return _ERROR_FIELDS[exc.code]
         named = [(m.start(), m[0]) for m in re.finditer(r"[a-z_]+", exc.message) if m[0] in self.fields]
         return min(named)[1] if named else None
-
-
-# --- Sync runs -------------------------------------------------------------------------------------
-
-
-def run_errors(run: SyncRun, limit: int | None = None):
-    """A run's per-document errors as "path: message" lines (the first ``limit``), as HTML."""
-    lines = []
-    for entry in run.errors or []:
-        document, error = str(entry.get("document", "")), str(entry.get("error", ""))
-        lines.append(error if not document or error.startswith(f"{document}:") else f"{document}: {error}")
-    shown = lines if limit is None else lines[:limit]
-    html = format_html_join("", "<div>{}</div>", ((line,) for line in shown))
-    if len(lines) > len(shown):
-        html += format_html("<div>… and {} more</div>", len(lines) - len(shown))
-    return html or "-"
-
-
-def run_summary(run: SyncRun) -> str:
-    """One sentence saying how a sync run stands: its status and counts, or why it failed."""
-    counts = ", ".join(f"{n} {label}" for label, n in run.counts().items())
-    if run.status == SyncRun.Status.DONE:
-        return f"Sync of {run.source.name!r} done: {counts}."
-    if run.status == SyncRun.Status.FAILED:
-        return f"Sync of {run.source.name!r} failed: {run.error or counts}"
-    return f"Sync of {run.source.name!r} is {run.get_status_display().lower()} (run {run.pk}); its counts appear on the source's page when it ends."
-
-
-class SyncRunInline(admin.TabularInline):
-    """The source's newest runs, read-only."""
-
-    model = SyncRun
-    fk_name = "source"
-    fields = [
-        "created_at",
-        "trigger",
-        "status",
-        "new",
-        "updated",
-        "unchanged",
-        "deleted",
-        "failed",
-        "error",
-        "error_lines",
-        "started_at",
-        "finished_at",
-    ]
-    readonly_fields = fields
-    ordering = ["-created_at"]
-    extra = 0
-    can_delete = False
-    show_change_link = True
-    verbose_name_plural = f"sync runs (newest {INLINE_RUNS})"
-
-    def get_queryset(self, request):
-        newest = SyncRun.objects.filter(source=OuterRef("source")).order_by("-created_at").values("pk")[:INLINE_RUNS]
-        return super().get_queryset(request).filter(pk__in=Subquery(newest))
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    @admin.display(description="document errors")
-    def error_lines(self, obj):
-        return run_errors(obj, limit=20)
-
-
-@admin.register(SyncRun)
-class SyncRunAdmin(ReadOnlyAdminMixin, TenantScopedAdmin):
-    list_display = ["__str__", "tenant", "source", "trigger", "status", "counts_line", "created_at", "finished_at"]
-    list_filter = ["tenant", "status", ("source", admin.RelatedOnlyFieldListFilter), "trigger"]
-    list_select_related = ["tenant", "source"]
-    search_fields = ["source__name", "error"]
-    date_hierarchy = "created_at"
-    fields = [
-        "tenant",
-        "source",
-        "trigger",
-        "status",
-        "new",
-        "updated",
-        "unchanged",
-        "deleted",
-        "failed",
-        "error",
-        "error_lines",
-        "progress",
-        "worker_id",
-        "lease_expires_at",
-        "attempts",
-        "created_at",
-        "started_at",
-        "finished_at",
-    ]
-    readonly_fields = ["error_lines"]
-
-    @admin.display(description="counts")
-    def counts_line(self, obj):
-        return ", ".join(f"{n} {label}" for label, n in obj.counts().items())
-
-    @admin.display(description="document errors")
-    def error_lines(self, obj):
-        return run_errors(obj)
 
 
 # --- Sources -----------------------------------------------------------------------------------------
@@ -284,7 +236,7 @@ class SourceAdmin(TenantScopedAdmin):
     list_filter = ["tenant", "kind"]
     list_select_related = ["tenant"]
     search_fields = ["name", "location", "tenant__slug"]
-    readonly_fields = ["last_synced_at", "created_at"]
+    readonly_fields = ["last_synced_at", "created_at", "last_perm_synced_at", "last_content_sync", "last_perm_sync"]
     fieldsets = [
         (
             "Source",
@@ -316,9 +268,32 @@ class SourceAdmin(TenantScopedAdmin):
                 "fields": ["page_limit", "crawl_delay_s"],
             },
         ),
+        (
+            "Service: Slack, Confluence, Google Drive, GitHub, Jira, Notion",
+            {
+                "description": "Used by service sources, read from the service's API with their token or key "
+                "(location: the API's base URL; empty = the public API, e.g. https://slack.com/api/; Confluence "
+                "and Jira: your site). Options per kind: docs/connectors.md.",
+                "fields": ["secret", "options", "perm_every"],
+            },
+        ),
+    ]
+    # A service source's page: the fields a service uses, and its last syncs (read-only).
+    service_fieldsets = [
+        fieldsets[0],
+        ("Connector", {"fields": ["location", "sync_every", "last_synced_at"]}),
+        (
+            "Service",
+            {
+                "description": "The token or key, the kind's options (docs/connectors.md) and how often "
+                "permissions are synced.",
+                "fields": ["secret", "options", "perm_every", "last_perm_synced_at"],
+            },
+        ),
+        ("Last syncs", {"fields": ["last_content_sync", "last_perm_sync"]}),
     ]
     inlines = [SyncRunInline]
-    actions = ["sync_now"]
+    actions = ["sync_now", "test_connection"]
 
     def get_queryset(self, request):
         last_status = SyncRun.objects.filter(source=OuterRef("pk")).order_by("-created_at").values("status")[:1]
@@ -341,8 +316,27 @@ class SourceAdmin(TenantScopedAdmin):
             return [inline for inline in inlines if not isinstance(inline, SyncRunInline)]
         return inlines
 
+    def get_fieldsets(self, request, obj=None):
+        if obj is not None and obj.is_service:
+            return self.service_fieldsets
+        if obj is not None:  # a folder, web, git or hand-filled source: no service fields
+            return [fieldset for fieldset in self.fieldsets if "secret" not in fieldset[1]["fields"]]
+        return self.fieldsets
+
     def save_model(self, request, obj, form, change):
-        super().save_model(request, obj, form, change)
+        """Saved by ``source_create`` and ``source_update`` (checked, audited: a secret only as
+        "set" or "changed"), with the fields the form holds."""
+        tenant = admin_tenant(request)
+        if not change and tenant is not UNSCOPED:
+            obj.tenant = tenant
+        if change:
+            fields = {name: getattr(obj, name) for name in form.changed_data if name in (*SOURCE_FIELDS, "name")}
+            if fields:
+                source_update(source=obj, **fields)
+        else:
+            fields = {name: getattr(obj, name) for name in SOURCE_FIELDS}
+            saved = source_create(tenant=obj.tenant, name=obj.name, **fields)
+            obj.pk, obj.created_at, obj._state.adding = saved.pk, saved.created_at, False
         if change and "versions_kept" in form.changed_data:  # apply the new retention now
             versions_prune(source=obj)
 
@@ -357,6 +351,30 @@ class SourceAdmin(TenantScopedAdmin):
     @admin.display(description="documents", ordering="document_count")
     def document_count(self, obj):
         return obj.document_count
+
+    @admin.display(description="last content sync")
+    def last_content_sync(self, obj):
+        return content_sync_html(last_run_of(obj, SyncRun.Scope.ALL, SyncRun.Scope.CONTENT))
+
+    @admin.display(description="last permission sync")
+    def last_perm_sync(self, obj):
+        return permission_sync_html(last_run_of(obj, SyncRun.Scope.ALL, SyncRun.Scope.PERMISSIONS))
+
+    # "Test connection": the action, and the service source's button (template
+    # admin/knowledge/source/submit_line.html), which saves the form first (a new token is tested).
+
+    @admin.action(description="Test connection", permissions=["change"])
+    def test_connection(self, request, queryset):
+        for source in queryset.select_related("tenant"):
+            self._test(request, source)
+
+    def _test(self, request, source: Source) -> None:
+        try:
+            line = source_test(source=source)
+        except ApplicationError as exc:  # refused, unreachable, or not a service
+            self.message_user(request, f"{source.name}: {exc.message}", messages.ERROR)
+            return
+        self.message_user(request, f"{source.name}: {line}", messages.SUCCESS)
 
     # "Sync now": the action, and the change page's button (template
     # admin/knowledge/source/submit_line.html), which saves the form first.
@@ -379,15 +397,16 @@ class SourceAdmin(TenantScopedAdmin):
         # The change form saves in a transaction; the sync is requested after it committed, so
         # that a sync run at once (no broker) has its counts in the message.
         response = super().changeform_view(request, object_id, form_url, extra_context)
-        if request.method == "POST" and "_sync_now" in request.POST and object_id and response.status_code == 302:
-            source = self.get_object(request, unquote(object_id))
+        if request.method == "POST" and object_id and response.status_code == 302:
+            button = next((name for name in ("_sync_now", "_test_connection") if name in request.POST), None)
+            source = self.get_object(request, unquote(object_id)) if button else None
             if source is not None:
-                self._sync(request, source)
+                (self._sync if button == "_sync_now" else self._test)(request, source)
         return response
 
     def response_change(self, request, obj):
         response = super().response_change(request, obj)
-        if "_sync_now" in request.POST:
+        if "_sync_now" in request.POST or "_test_connection" in request.POST:
             return HttpResponseRedirect(request.path)  # back to the page, whose runs show the new one
         return response
 

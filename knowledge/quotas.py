@@ -9,7 +9,8 @@ exact whatever path wrote the rows and needs no counters to keep in step:
   decompressing the text);
 * ``chunks``: ``knowledge_chunk`` rows of kind ``body`` (current and old versions');
 * ``sources``: ``knowledge_source`` rows;
-* ``syncs_per_day``: ``knowledge_syncrun`` rows created in the last 24 hours (any trigger or
+* ``syncs_per_day``: ``knowledge_syncrun`` rows created in the last 24 hours, permission syncs
+  of service sources aside (they read no content and run every few minutes) (any trigger or
   outcome: each one cost the server a crawl).
 
 Only the quotas that have a limit are counted, and none when no limit applies. The limits, the
@@ -37,7 +38,8 @@ _USAGE_SQL = {
     ),
     "chunks": f"SELECT count(*) FROM {Chunk._meta.db_table} WHERE tenant_id = %s AND kind = 'body'",
     "sources": f"SELECT count(*) FROM {Source._meta.db_table} WHERE tenant_id = %s",
-    "syncs_per_day": f"SELECT count(*) FROM {SyncRun._meta.db_table} WHERE tenant_id = %s AND created_at > %s",
+    "syncs_per_day": f"SELECT count(*) FROM {SyncRun._meta.db_table} WHERE tenant_id = %s AND created_at > %s"
+    " AND scope <> 'permissions'",
 }
 KNOWLEDGE_QUOTAS = tuple(_USAGE_SQL)
 
@@ -127,7 +129,7 @@ def sync_quota_exhausted(*, now=None) -> set[int]:
             SELECT run.tenant_id
             FROM {SyncRun._meta.db_table} run
             LEFT JOIN {TenantQuota._meta.db_table} quota ON quota.tenant_id = run.tenant_id
-            WHERE run.created_at > %s
+            WHERE run.created_at > %s AND run.scope <> 'permissions'
             GROUP BY run.tenant_id, quota.max_syncs_per_day
             HAVING count(*) >= coalesce(quota.max_syncs_per_day, %s)
             """,

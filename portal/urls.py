@@ -1,10 +1,10 @@
 """Portal URLs: sign in and out, ask a question (or stream its answer), read a cited document, see the
-sources and upload files into them."""
+sources, upload files into them and (admins) test a service source's connection."""
 
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from portal import views, walks
+from portal import service_sources, views, walks
 
 app_name = "portal"
 urlpatterns = [
@@ -26,6 +26,7 @@ urlpatterns = [
     path("sources/", views.sources, name="sources"),
     path("sources/jobs/", views.upload_jobs, name="upload-jobs"),
     path("sources/table/", views.sources_table, name="sources-table"),
+    path("sources/<int:source_id>/test/", service_sources.connection_test, name="source-test"),
     path("documents/<int:document_id>/", views.document_detail, name="document"),
     path("walks/", walks.walks, name="walks"),
     path("walks/<int:walk_id>/", walks.walk_detail, name="walk"),

@@ -50,6 +50,7 @@ from portal.citations import answer_context
 from portal.decorators import tenant_required
 from portal.forms import AskForm, FeedbackForm, ProfileForm, UploadForm
 from portal.responses import partial_or_page
+from portal.service_sources import can_manage_sources, service_syncs_attach
 from portal.uploads import files_upload, job_ids_parse, jobs_context, jobs_url
 from retrieval.pipeline import retrieval_filter
 from retrieval.quotas import USAGE_ROLES, QuotaUsage, quota_usage
@@ -343,7 +344,7 @@ def sources(request, tenant):
             return redirect(jobs_url("portal:sources", job_ids))
     context = {
         "tenant": tenant,
-        **sources_table_context(tenant, request.user),
+        **sources_table_context(request, tenant),
         "upload_form": upload_form,
         "usage": _usage_rows(request, tenant),
         **jobs_context(tenant, request.user, job_ids_parse(request.GET.get("jobs", ""))),
@@ -351,13 +352,21 @@ def sources(request, tenant):
     return render(request, "portal/sources.html", context, status=400 if request.method == "POST" else 200)
 
 
-def sources_table_context(tenant, user) -> dict:
-    """What ``portal/_sources_table.html`` renders: the sources ``user`` may see with their last
-    sync (``sources``), and ``sources_syncing``: whether one has a run pending or running (the
-    table then polls ``sources_table`` every 2 seconds)."""
-    rows = source_overview_with_last_sync(tenant=tenant, user=user)
+def sources_table_context(request, tenant) -> dict:
+    """What ``portal/_sources_table.html`` renders: the sources the user may see with their last
+    sync and last content sync (``sources``); ``sources_syncing``: whether one has a run pending or
+    running (the table then polls ``sources_table`` every 2 seconds); ``service_columns``: whether
+    the table also shows the service sources' last permission sync and "Test connection" (owners
+    and admins, when there is a service source: ``portal.service_sources``)."""
+    rows = source_overview_with_last_sync(tenant=tenant, user=request.user)
+    manage = can_manage_sources(request)
+    service_syncs_attach(tenant, rows, permissions=manage)
     active = (SyncRun.Status.PENDING, SyncRun.Status.RUNNING)
-    return {"sources": rows, "sources_syncing": any(s.last_sync and s.last_sync.status in active for s in rows)}
+    return {
+        "sources": rows,
+        "sources_syncing": any(s.last_sync and s.last_sync.status in active for s in rows),
+        "service_columns": manage and any(s.is_service for s in rows),
+    }
 
 
 @require_GET
@@ -369,7 +378,7 @@ def sources_table(request, tenant):
     A request not made by htmx goes to the Sources page."""
     if not getattr(request, "htmx", False):
         return redirect("portal:sources")
-    response = render(request, "portal/_sources_table.html", sources_table_context(tenant, request.user))
+    response = render(request, "portal/_sources_table.html", sources_table_context(request, tenant))
     patch_vary_headers(response, ["HX-Request"])
     return response
 

@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db import models
 
 from core.models import Membership, Tenant
+from core.secrets import EncryptedTextField
 from core.tenancy import TenantScopedQuerySet
 
 DEFAULT_SCOPES = "openid email profile"
@@ -33,8 +34,9 @@ class TenantSso(models.Model):
         "Empty: this tenant uses the installation's provider (KB_OIDC_ISSUER).",
     )
     client_id = models.CharField(max_length=255, blank=True)
-    # Sent to the provider's token endpoint only; never shown (the admin's field is write-only).
-    client_secret = models.CharField(max_length=1000, blank=True)
+    # Sent to the provider's token endpoint only; stored encrypted (core.secrets), never shown (the
+    # admin's field is write-only).
+    client_secret = EncryptedTextField(blank=True)
     scopes = models.CharField(max_length=255, default=DEFAULT_SCOPES, help_text="Space-separated; must include openid.")
     role_claim = models.CharField(
         max_length=100,

@@ -31,7 +31,7 @@ from __future__ import annotations
 import threading
 import time
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -40,6 +40,7 @@ from django.core.exceptions import ImproperlyConfigured
 from core.errors import ApplicationError
 from core.models import Tenant
 from core.rls import tenant_context
+from core.secrets import secret_readable
 
 DISCOVERY_PATH = "/.well-known/openid-configuration"
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
@@ -120,7 +121,7 @@ class Provider:
     name: str
     issuer: str
     client_id: str
-    client_secret: str
+    client_secret: str = field(repr=False)  # left out of the repr (log lines, tracebacks)
     scopes: str
     tenant: Tenant | None = None
     guarded: bool = True
@@ -463,9 +464,15 @@ def oauth_client(provider: Provider):
     """An Authlib ``DjangoOAuth2App`` for ``provider``: authorization code flow with PKCE (S256), a
     nonce, and ID tokens verified against the provider's JWKS (signature, ``iss``, ``aud``,
     ``exp``, ``nonce``). Its state lives in the Django session under the provider's key. Errors
-    as ``metadata_get``."""
+    as ``metadata_get``; ``ProviderUnavailable`` too when the stored client secret cannot be
+    decrypted (``core.secrets``: a key dropped from ``KB_SECRET_KEYS`` too early)."""
     from authlib.integrations.django_client import DjangoIntegration, DjangoOAuth2App
 
+    if not secret_readable(provider.client_secret):
+        raise ProviderUnavailable(
+            f"{provider.name}'s client secret cannot be decrypted with any key of KB_SECRET_KEYS "
+            "(see `manage.py rotatekeys`)."
+        )
     metadata = metadata_get(provider)
     methods = metadata.get("token_endpoint_auth_methods_supported") or ["client_secret_basic"]
     auth_method = "client_secret_basic" if "client_secret_basic" in methods else "client_secret_post"

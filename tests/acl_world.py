@@ -25,12 +25,71 @@ class TenantWorld:
     sources: dict[str, Source]
     documents: dict[str, Document]  # key: public, board (group-restricted source), private (user-restricted document)
     users: dict[str, object] = field(default_factory=dict)  # key: role, "board" (in the group), "granted"
+    # Documents synced from a service with the permissions it gave (``synced_documents``): key -> who
+    # may see it besides the owner and admins ("*": every member).
+    synced: dict[str, set[str]] = field(default_factory=dict)
 
     def visible_keys(self, who: str) -> set[str]:
         """Which of this tenant's documents the user ``who`` may see."""
         if who in ("owner", "admin"):
-            return {"public", "board", "private"}
-        return {"public"} | ({"board"} if who == "board" else set()) | ({"private"} if who == "granted" else set())
+            return {"public", "board", "private", *self.synced}
+        synced = {key for key, readers in self.synced.items() if who in readers or "*" in readers}
+        return (
+            {"public"}
+            | ({"board"} if who == "board" else set())
+            | ({"private"} if who == "granted" else set())
+            | synced
+        )
+
+
+# Who a service's permission may name (the owner and admins see everything anyway).
+SYNCED_READERS = ("editor", "member", "viewer", "board", "granted")
+
+
+def synced_documents(world: TenantWorld, service, rng, *, count: int = 3) -> None:
+    """Sync ``count`` documents into ``world`` from a scripted service (``tests.connectors.scripted``)
+    with permissions drawn by ``rng``: public, a channel of drawn members, drawn e-mail addresses,
+    or unreadable (admins only). Adds them to ``world.documents`` and ``world.synced``."""
+    from knowledge.connectors.base import Permission
+    from knowledge.services.sources import source_create
+    from knowledge.services.sync import source_sync
+
+    for who, user in world.users.items():
+        user.email = f"{world.tenant.slug}-{who}@example.com"
+        user.save(update_fields=["email"])
+    marker = world.tenant.slug.replace("-", "")
+    for n in range(count):
+        kind = rng.choice(["public", "channel", "emails", "unreadable"])
+        readers = set(rng.sample(SYNCED_READERS, rng.randint(0, 3)))
+        emails = [world.users[who].email.upper() for who in readers]
+        key = f"synced{n}"
+        if kind == "public":
+            permission, readers = Permission(public=True), {"*"}
+        elif kind == "channel":
+            permission = Permission.of(groups=[f"C{n}"])
+            service.group(f"C{n}", f"slack:#room-{n}", emails)
+        elif kind == "emails":
+            permission = Permission.of(emails=emails)
+        else:
+            permission, readers = Permission.of(public=True), set()
+            service.permissions_unreadable.add(key)
+        title = f"Synced {key} synczq{marker}{n}"
+        service.put(
+            key,
+            title,
+            f"{title}\n\nThe synced handbook note synczq{marker}{n}: patch the bicycle tyre puncture with glue "
+            "and a rubber patch, then inflate the tube.",
+            permission,
+        )
+        world.synced[key] = readers
+    source = source_create(
+        tenant=world.tenant, name="team-chat", kind="slack", location="https://slack.com/api/", secret="xoxb-test"
+    )
+    run = source_sync(source=source)
+    assert run.status == "done", run.error
+    for key in world.synced:
+        world.documents[key] = Document.objects.get(tenant=world.tenant, source=source, sync_key=key)
+    world.sources["team-chat"] = source
 
 
 def _doc(slug: str, key: str, marker: str, topic: str) -> ReadDocument:

@@ -1,12 +1,14 @@
-"""Connectors: the folder, web and git sources a sync reads (``knowledge.services.sync``).
+"""Connectors: the sources a sync reads (``knowledge.services.sync``).
 
-``base`` says what a connector gives; ``folder``, ``web`` and ``git`` are the kinds.
+``base`` says what a connector gives; ``folder``, ``web`` and ``git`` are the file kinds,
+``services`` the service kinds (Slack, Confluence, Google Drive, GitHub, Jira, Notion), which
+also say who may see each document.
 """
 
 from __future__ import annotations
 
 from core.errors import InvalidInput
-from knowledge.connectors.base import Connector, Item, SourceUnreachable, path_selected
+from knowledge.connectors.base import Connector, Item, ServiceConnector, SourceUnreachable, path_selected
 from knowledge.connectors.folder import FolderConnector
 from knowledge.connectors.git import GitConnector
 from knowledge.connectors.web import WebConnector
@@ -26,8 +28,15 @@ __all__ = [
 _BY_KIND = {Source.Kind.FOLDER: FolderConnector, Source.Kind.WEB: WebConnector, Source.Kind.GIT: GitConnector}
 
 
-def connector_for(source: Source) -> Connector:
-    """The connector of a folder, web or git ``source``; ``InvalidInput`` for a kind filled by hand."""
+def connector_for(source: Source) -> Connector | ServiceConnector:
+    """The connector of a synced ``source``; ``InvalidInput`` for a kind filled by hand.
+
+    A service source's connector needs its secret (``SourceUnreachable`` when it has none).
+    """
+    if source.is_service:
+        from knowledge.connectors.services import service_connector
+
+        return service_connector(source)
     try:
         return _BY_KIND[source.kind](source)
     except KeyError:

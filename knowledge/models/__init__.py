@@ -14,6 +14,7 @@ from django.db import models
 from django.db.models import Q
 from pgvector.django import VectorField
 
+from core.secrets import EncryptedTextField
 from core.tenancy import TenantScopedQuerySet
 
 
@@ -33,8 +34,18 @@ class Source(models.Model):
         FOLDER = "folder", "Folder"
         WEB = "web", "Web site"
         GIT = "git", "Git repository"
+        # Service connectors (``knowledge.connectors.services``): a service's API, read with the
+        # source's ``secret``, with who may see each document there (``knowledge.permissions``).
+        SLACK = "slack", "Slack"
+        CONFLUENCE = "confluence", "Confluence"
+        GDRIVE = "gdrive", "Google Drive"
+        GITHUB = "github", "GitHub"
+        JIRA = "jira", "Jira"
+        NOTION = "notion", "Notion"
 
-    SYNCED_KINDS = (Kind.FOLDER, Kind.WEB, Kind.GIT)
+    FILE_KINDS = (Kind.FOLDER, Kind.WEB, Kind.GIT)
+    SERVICE_KINDS = (Kind.SLACK, Kind.CONFLUENCE, Kind.GDRIVE, Kind.GITHUB, Kind.JIRA, Kind.NOTION)
+    SYNCED_KINDS = FILE_KINDS + SERVICE_KINDS
 
     tenant = models.ForeignKey("core.Tenant", on_delete=models.CASCADE, related_name="sources")
     name = models.CharField(max_length=200)
@@ -77,6 +88,24 @@ class Source(models.Model):
         null=True, blank=True, help_text="Sync on a schedule this often (e.g. 1:00:00); empty = only by hand."
     )
     last_synced_at = models.DateTimeField(null=True, blank=True, help_text="When the last successful sync finished.")
+    # Service connectors only.
+    secret = EncryptedTextField(
+        blank=True, help_text="The token or key the connector reads the service with; stored encrypted, never shown."
+    )
+    options = models.JSONField(
+        default=dict, blank=True, help_text="The kind's options (e.g. Slack channels, Confluence spaces); see docs."
+    )
+    checkpoint = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Where the last content sync stopped; the next one reads what changed since.",
+    )
+    perm_every = models.DurationField(
+        null=True, blank=True, help_text="Permission sync (readers, groups, deletions) this often; empty = the default."
+    )
+    last_perm_synced_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the last successful permission sync finished."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = TenantScopedQuerySet.as_manager()
@@ -85,8 +114,15 @@ class Source(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["tenant", "name"], name="source_unique_name_per_tenant"),
             models.CheckConstraint(
-                condition=~Q(kind__in=["folder", "web", "git"]) | ~Q(location=""),
+                condition=~Q(
+                    kind__in=["folder", "web", "git", "slack", "confluence", "gdrive", "github", "jira", "notion"]
+                )
+                | ~Q(location=""),
                 name="source_synced_kind_has_location",
+            ),
+            models.CheckConstraint(
+                condition=Q(perm_every__isnull=True) | Q(perm_every__gte=timedelta(minutes=1)),
+                name="source_perm_every_at_least_a_minute",
             ),
             models.CheckConstraint(condition=Q(crawl_delay_s__gte=0), name="source_crawl_delay_not_negative"),
             models.CheckConstraint(condition=Q(page_limit__gte=1), name="source_page_limit_positive"),
@@ -109,8 +145,13 @@ class Source(models.Model):
 
     @property
     def is_synced(self) -> bool:
-        """Whether a connector keeps this source in sync (folder, web, git)."""
+        """Whether a connector keeps this source in sync (folder, web, git and the services)."""
         return self.kind in self.SYNCED_KINDS
+
+    @property
+    def is_service(self) -> bool:
+        """Whether a service connector (Slack, Confluence, ...) reads this source, with permissions."""
+        return self.kind in self.SERVICE_KINDS
 
 
 class FolderGrant(models.Model):
@@ -429,10 +470,27 @@ class SyncRun(models.Model):
         MANUAL = "manual", "By hand"
         SCHEDULE = "schedule", "Schedule"
 
+    class Scope(models.TextChoices):
+        ALL = "all", "Content and permissions"
+        CONTENT = "content", "Content"
+        PERMISSIONS = "permissions", "Permissions"
+
     tenant = models.ForeignKey("core.Tenant", on_delete=models.CASCADE, related_name="sync_runs")
     source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="sync_runs")
     trigger = models.CharField(max_length=10, choices=Trigger.choices, default=Trigger.MANUAL)
+    scope = models.CharField(
+        max_length=12,
+        choices=Scope.choices,
+        default=Scope.ALL,
+        db_default=Scope.ALL,
+        help_text="Service sources: content (what changed), permissions (readers, groups, deletions) or both.",
+    )
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    permissions = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Service sources' permission sync: groups, documents restricted, public, unreadable, rules changed.",
+    )
     new = models.PositiveIntegerField(default=0)
     updated = models.PositiveIntegerField(default=0)
     unchanged = models.PositiveIntegerField(default=0)
@@ -641,3 +699,7 @@ class AccessRule(models.Model):
         target = f"source {self.source}" if self.source_id else f"document {self.document}"
         grantee = f"group {self.group}" if self.group_id else f"user {self.user}"
         return f"{target} → {grantee}"
+
+
+# Who may see service sources' documents at the source (knowledge.permissions), in their own module.
+from knowledge.models.permissions import DocumentPermission, SourcePermissionGroup  # noqa: E402, F401

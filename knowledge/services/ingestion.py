@@ -135,6 +135,7 @@ def documents_ingest(
     embedder: Embedder | None = None,
     progress: bool = False,
     on_progress: Callable[[dict], None] | None = None,
+    on_stored: Callable[[IngestReport], None] | None = None,
 ) -> IngestReport:
     """Ingest already-read documents into ``source`` of ``tenant``. Returns an ``IngestReport``.
 
@@ -153,7 +154,9 @@ def documents_ingest(
 
     ``progress`` shows a progress bar; ``on_progress`` (if given) is called with
     ``{"stage": "embedding" | "storing", "documents": n, "chunks_total": c, "chunks_embedded": e}``
-    after each embedding batch and once before storing.
+    after each embedding batch and once before storing. ``on_stored`` (if given) is called with
+    the report inside the storing transaction, after the last document is stored: what it writes
+    (e.g. a synced document's access rules) commits with the documents or not at all.
     """
     import time
 
@@ -221,6 +224,8 @@ def documents_ingest(
             if outcome.status in ("created", "updated"):
                 stored_by_hash.setdefault(item.hash, _current_version_id(outcome.document_id))
             report.outcomes.append(outcome)
+        if on_stored is not None:
+            on_stored(report)
     position = {external_id: i for i, external_id in enumerate(ids)}
     report.outcomes.sort(key=lambda o: position[o.external_id])
     updated = [o.document_id for o in report.outcomes if o.status in ("updated", "duplicate")]

@@ -19,6 +19,7 @@ connectors at every sync:
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from datetime import timedelta
@@ -53,6 +54,10 @@ SOURCE_FIELDS = (
     "reliability",
     "half_life_days",
     "versions_kept",
+    # service sources (knowledge.connectors.services)
+    "secret",
+    "options",
+    "perm_every",
 )
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
@@ -140,6 +145,44 @@ def _git_location_check(source: Source) -> None:
     folder_location_check(tenant=source.tenant_id, location=location)
 
 
+def _service_check(source: Source) -> None:
+    """A service source: ``location`` defaults to the service's public API and is an http(s) URL
+    whose host resolves to allowed addresses; ``options`` is a JSON object; ``perm_every`` is at
+    least ``KB_MIN_PERM_SYNC_EVERY_S``. ``InvalidInput`` naming the field."""
+    from knowledge.connectors.services import DEFAULT_LOCATIONS, LOCATION_HINTS
+
+    if not source.location:
+        default = DEFAULT_LOCATIONS.get(source.kind)
+        if default is None:
+            raise InvalidInput(
+                f"A {source.kind} source needs a location: {LOCATION_HINTS[source.kind]}.", code="location_required"
+            )
+        source.location = default
+    _http_location_check(source.location, what=f"A {source.kind} source's location (the API's base URL)")
+    if source.options in (None, ""):
+        source.options = {}
+    if not isinstance(source.options, dict):
+        raise InvalidInput('options is a JSON object, e.g. {"channels": ["general"]}.', code="invalid_options")
+    if len(json.dumps(source.options)) > 20000:
+        raise InvalidInput("options has at most 20,000 characters of JSON.", code="invalid_options")
+    if not isinstance(source.secret, str) or len(source.secret) > 20000:
+        raise InvalidInput("secret is a token or key of at most 20,000 characters.", code="invalid_secret")
+    if not source.secret.strip():
+        raise InvalidInput(
+            f"A {source.kind} source needs its token or key (secret; the CLI reads it with --secret-env VAR).",
+            code="secret_required",
+        )
+    source.perm_every = duration_parse(source.perm_every)
+    if source.perm_every is not None:
+        least = timedelta(seconds=settings.KB_MIN_PERM_SYNC_EVERY_S)
+        if source.perm_every < least:
+            raise InvalidInput(
+                f"perm_every is at least {_duration_text(least)} on this server (the operator's "
+                "KB_MIN_PERM_SYNC_EVERY_S).",
+                code="invalid_perm_every",
+            )
+
+
 def _shown(value):
     """A source field as the audit log keeps it: JSON, durations in seconds, no URL credentials."""
     if isinstance(value, timedelta):
@@ -168,6 +211,10 @@ def source_check(source: Source) -> None:
     source.location = (source.location or "").strip()
     source.include = _globs(source.include, "include")
     source.exclude = _globs(source.exclude, "exclude")
+    if source.kind in Source.SERVICE_KINDS:
+        _service_check(source)
+    elif source.secret or source.options or source.perm_every:
+        raise InvalidInput("secret, options and perm_every are for service sources (Slack, Confluence, ...).")
     if source.kind in Source.SYNCED_KINDS:
         if not source.location:
             raise InvalidInput(f"A {source.kind} source needs a location.", code="location_required")
@@ -186,7 +233,7 @@ def source_check(source: Source) -> None:
     source.sync_every = duration_parse(source.sync_every)
     if source.sync_every is not None:
         if source.kind not in Source.SYNCED_KINDS:
-            raise InvalidInput("Only folder, web and git sources sync on a schedule.")
+            raise InvalidInput("Only connector sources (folder, web, git and the services) sync on a schedule.")
         least = timedelta(seconds=settings.KB_MIN_SYNC_EVERY_S)
         if source.sync_every < least:
             raise InvalidInput(
@@ -239,7 +286,10 @@ def source_create(*, tenant: Tenant, name: str, kind: str = Source.Kind.FOLDER, 
         action="source.created",
         tenant=tenant,
         obj=source,
-        changes={key: _shown(getattr(source, key)) for key in ("kind", "location", "sync_every")},
+        changes={
+            **{key: _shown(getattr(source, key)) for key in ("kind", "location", "sync_every")},
+            **({"secret": "set"} if source.secret else {}),
+        },
     )
     return source
 
@@ -253,7 +303,9 @@ def source_update(*, source: Source, **fields) -> Source:
     if unknown:
         raise InvalidInput(f"Unknown source field(s): {', '.join(sorted(unknown))}.")
     changed = Source.objects.get(pk=source.pk)
-    before = {key: _shown(getattr(changed, key)) for key in fields}
+    secret_changed = "secret" in fields and fields["secret"] != changed.secret
+    fields = {k: v for k, v in fields.items() if k != "secret" or secret_changed}
+    before = {key: _shown(getattr(changed, key)) for key in fields if key != "secret"}
     for key, value in fields.items():
         setattr(changed, key, value)
     source_check(changed)
@@ -265,8 +317,10 @@ def source_update(*, source: Source, **fields) -> Source:
     difference = {
         key: [before[key], _shown(getattr(changed, key))]
         for key in fields
-        if before[key] != _shown(getattr(changed, key))
+        if key != "secret" and before[key] != _shown(getattr(changed, key))
     }
+    if secret_changed:
+        difference["secret"] = "changed"  # never the value
     if difference:
         audit_record(action="source.changed", tenant=changed.tenant_id, obj=changed, changes=difference)
     return changed
@@ -300,3 +354,12 @@ def source_delete(*, source: Source) -> None:
         version_reindex(version_id=version_id)
     if cache is not None:  # a git source's fetched repository
         transaction.on_commit(partial(shutil.rmtree, cache, ignore_errors=True))
+
+
+def source_test(*, source: Source) -> str:
+    """ "Test connection" of a service source: one line saying what its credential can see
+    (``ServiceConnector.check``). ``InvalidInput`` for a source that is not a service;
+    ``CredentialRejected`` (400) or ``SourceUnreachable`` (502) saying why it cannot read."""
+    from knowledge.connectors.services import service_connector
+
+    return service_connector(source).check()

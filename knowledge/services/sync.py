@@ -22,8 +22,10 @@ import logging
 import time
 from collections import defaultdict
 from contextlib import nullcontext
+from datetime import timedelta
 from functools import partial
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
@@ -37,19 +39,20 @@ from core.queue import task_send
 from core.quotas import QuotaExceeded
 from knowledge import task_names
 from knowledge.connectors import Item, SourceUnreachable, connector_for
-from knowledge.ingestion.readers import ReadDocument
 from knowledge.models import Document, Source, SyncRun
 from knowledge.quotas import sync_quota_check, sync_quota_exhausted
 from knowledge.services.deletion import document_mark_deleted
-from knowledge.services.ingestion import IngestReport, documents_ingest
 from knowledge.services.leases import LeaseHeartbeat, lease_claim, lease_held
+from knowledge.services.sync_batches import (
+    BATCH_DOCUMENTS,
+    ingest_isolating,
+    outcomes_count,
+    own_ids_only,
+    sync_progress,
+)
 from knowledge.services.uploads import TRANSIENT_ERRORS, worker_id_default
 
 logger = logging.getLogger(__name__)
-
-# Documents per ingestion call: small enough that a bad one costs little to isolate, large
-# enough that embedding batches stay full and each call's upkeep (ANALYZE, VACUUM) stays rare.
-BATCH_DOCUMENTS = 64
 
 
 class SyncBusy(Exception):
@@ -60,8 +63,13 @@ class SyncBusy(Exception):
         self.retry_in = retry_in
 
 
-def sync_run_request(*, source: Source, trigger: str = SyncRun.Trigger.MANUAL, enqueue: bool = True) -> SyncRun:
+def sync_run_request(
+    *, source: Source, trigger: str = SyncRun.Trigger.MANUAL, enqueue: bool = True, scope: str = SyncRun.Scope.ALL
+) -> SyncRun:
     """Queue a sync of ``source`` (run at once without a broker). Returns the run.
+
+    ``scope`` (service sources): ``"all"``, ``"content"`` or ``"permissions"``
+    (``knowledge.services.service_sync``); the file kinds always sync everything.
 
     ``enqueue=False`` only records the run, pending: the caller runs it (``sync_run_execute``),
     e.g. in a background thread of its own process, and it shows as syncing meanwhile.
@@ -74,18 +82,28 @@ def sync_run_request(*, source: Source, trigger: str = SyncRun.Trigger.MANUAL, e
     connector_for(source)  # refuses kinds that are not synced
     try:
         with transaction.atomic():
-            sync_quota_check(tenant=source.tenant_id)
-            run = SyncRun.objects.create(tenant_id=source.tenant_id, source=source, trigger=trigger)
+            if _scope(source, scope) != SyncRun.Scope.PERMISSIONS:  # permission syncs read no content
+                sync_quota_check(tenant=source.tenant_id)
+            run = SyncRun.objects.create(
+                tenant_id=source.tenant_id, source=source, trigger=trigger, scope=_scope(source, scope)
+            )
             _sync_audit(run)
             if enqueue:
                 transaction.on_commit(partial(_run_enqueue, run.pk))
     except IntegrityError:  # syncrun_one_active_per_source
         active = SyncRun.objects.filter(source=source, status__in=["pending", "running"]).first()
         if active is None:  # it finished in between
-            return sync_run_request(source=source, trigger=trigger, enqueue=enqueue)
+            return sync_run_request(source=source, trigger=trigger, enqueue=enqueue, scope=scope)
         return active
     run.refresh_from_db()
     return run
+
+
+def _scope(source: Source, scope: str) -> str:
+    """``scope`` checked: a value of ``SyncRun.Scope`` (``InvalidInput`` otherwise); ``"all"`` for the file kinds."""
+    if scope not in SyncRun.Scope.values:
+        raise InvalidInput(f"scope is one of {', '.join(SyncRun.Scope.values)}, not {scope!r}.", code="invalid_scope")
+    return scope if source.is_service else SyncRun.Scope.ALL
 
 
 def _sync_audit(run: SyncRun) -> None:
@@ -96,7 +114,7 @@ def _sync_audit(run: SyncRun) -> None:
             action="source.synced",
             tenant=run.tenant_id,
             obj=run.source,
-            changes={"run": run.pk, "trigger": run.trigger},
+            changes={"run": run.pk, "trigger": run.trigger, "scope": run.scope},
         )
 
 
@@ -114,19 +132,27 @@ def _run_enqueue(run_id: int) -> None:
 
 
 def source_sync(
-    *, source: Source, trigger: str = SyncRun.Trigger.MANUAL, worker_id: str | None = None, progress: bool = False
+    *,
+    source: Source,
+    trigger: str = SyncRun.Trigger.MANUAL,
+    worker_id: str | None = None,
+    progress: bool = False,
+    scope: str = SyncRun.Scope.ALL,
 ) -> SyncRun:
     """Sync ``source`` in this process and return the finished run (``manage.py source sync``).
 
-    ``progress`` shows a progress bar over the files read.
+    ``progress`` shows a progress bar over the files read; ``scope`` as ``sync_run_request``.
     ``InvalidInput`` (code ``sync_running``) when another run of the source is going on;
     ``QuotaExceeded`` (429) past the tenant's syncs a day, as ``sync_run_request``.
     """
     connector_for(source)
     try:
         with transaction.atomic():
-            sync_quota_check(tenant=source.tenant_id)
-            run = SyncRun.objects.create(tenant_id=source.tenant_id, source=source, trigger=trigger)
+            if _scope(source, scope) != SyncRun.Scope.PERMISSIONS:  # permission syncs read no content
+                sync_quota_check(tenant=source.tenant_id)
+            run = SyncRun.objects.create(
+                tenant_id=source.tenant_id, source=source, trigger=trigger, scope=_scope(source, scope)
+            )
             _sync_audit(run)
     except IntegrityError:
         raise InvalidInput(
@@ -173,7 +199,7 @@ def sync_run_execute(*, run_id: int, worker_id: str | None = None, progress: boo
             }
     finished = timezone.now()
     if lease_held(SyncRun, run_id, worker_id).update(finished_at=finished, lease_expires_at=None, **outcome):
-        if outcome["status"] == SyncRun.Status.DONE:
+        if outcome["status"] == SyncRun.Status.DONE and run.scope != SyncRun.Scope.PERMISSIONS:
             Source.objects.filter(pk=run.source_id).update(last_synced_at=finished)
         metrics.sync_run_observe(
             kind=run.source.kind, status=outcome["status"], seconds=time.perf_counter() - started, counts=outcome
@@ -187,6 +213,10 @@ def sync_run_execute(*, run_id: int, worker_id: str | None = None, progress: boo
 def _sync(run: SyncRun, worker_id: str, *, progress: bool = False) -> dict:
     """The sync itself (module docstring); returns the run's final fields."""
     source, tenant = run.source, run.tenant
+    if source.is_service:
+        from knowledge.services.service_sync import service_sync
+
+        return service_sync(run, lease_held(SyncRun, run.pk, worker_id), progress=progress)
     started = time.perf_counter()
     held = lease_held(SyncRun, run.pk, worker_id)
     documents = list(
@@ -215,7 +245,7 @@ def _sync(run: SyncRun, worker_id: str, *, progress: bool = False) -> dict:
             counts["unchanged"] += max(len(by_key.get(item.key, ())), 1)
         else:
             to_read.append(item)
-    to_read = _own_ids_only(tenant, source, to_read, counts, errors)
+    to_read = own_ids_only(tenant, source, to_read, counts, errors)
 
     stored_ids: set[str] = set()
     bar = tqdm(total=len(to_read), unit="file", desc=source.name, disable=not progress or not to_read, mininterval=1.0)
@@ -228,8 +258,8 @@ def _sync(run: SyncRun, worker_id: str, *, progress: bool = False) -> dict:
             )
         )
         bar.update(len(batch))
-        for group, report in _ingest_isolating(tenant, source, batch, counts, errors):
-            _count(report, counts)
+        for group, report in ingest_isolating(tenant, source, batch, counts, errors):
+            outcomes_count(report, counts)
             chunks += report.counts()["chunks"]
             for item in group:
                 ids = [d.external_id for d in item.documents]
@@ -254,81 +284,6 @@ def _sync(run: SyncRun, worker_id: str, *, progress: bool = False) -> dict:
             counts["deleted"] += 1
     logger.info("Synced %s in %.1f s: %s", source, time.perf_counter() - started, counts)
     return {"status": SyncRun.Status.DONE, "errors": errors[:1000], "error": "", "progress": {}, **counts}
-
-
-def sync_progress(*, items: int, done: int, chunks: int, seconds: float) -> dict:
-    """A running sync's ``progress`` while it ingests: ``{"stage": "ingesting", "items", "done",
-    "chunks", "chunks_per_s", "eta_s"}``.
-
-    ``items`` changed files to read, ``done`` of them ingested so far, holding ``chunks`` new chunks,
-    in ``seconds`` (wall time since ingesting began). ``chunks_per_s`` (1 decimal) and ``eta_s``
-    (whole seconds left at the rate so far, per file) are None until a file is done.
-    """
-    rate = chunks / seconds if done and seconds > 0 else None
-    eta = round(seconds / done * (items - done)) if done and seconds > 0 else None
-    return {
-        "stage": "ingesting",
-        "items": items,
-        "done": done,
-        "chunks": chunks,
-        "chunks_per_s": None if rate is None else round(rate, 1),
-        "eta_s": eta,
-    }
-
-
-def _own_ids_only(tenant: Tenant, source: Source, items: list[Item], counts: dict, errors: list) -> list[Item]:
-    """Drop (as failed) the items holding a document id another source of the tenant already has."""
-    ids = [d.external_id for item in items for d in item.documents]
-    taken = dict(
-        Document.objects.filter(tenant=tenant, external_id__in=ids)
-        .exclude(source=source)
-        .values_list("external_id", "source__name")
-    )
-    kept = []
-    for item in items:
-        clash = next((d.external_id for d in item.documents if d.external_id in taken), None)
-        if clash is None:
-            kept.append(item)
-            continue
-        counts["failed"] += 1
-        errors.append(
-            {
-                "document": item.key,
-                "error": f"{clash}: the source {taken[clash]!r} already has a document with this id.",
-            }
-        )
-    return kept
-
-
-def _ingest_isolating(tenant, source, items: list[Item], counts: dict, errors: list):
-    """Ingest ``items`` in one call; if it fails on bad input, item by item. Yields (items, report)."""
-    documents: list[ReadDocument] = [d for item in items for d in item.documents]
-    try:
-        report = documents_ingest(tenant=tenant, source=source, documents=documents)
-    except InvalidInput as exc:
-        if len(items) == 1:
-            counts["failed"] += 1
-            errors.append({"document": items[0].key, "error": exc.message})
-            return
-    else:
-        yield items, report
-        return
-    for item in items:
-        try:
-            yield [item], documents_ingest(tenant=tenant, source=source, documents=item.documents)
-        except InvalidInput as exc:
-            counts["failed"] += 1
-            errors.append({"document": item.key, "error": exc.message})
-
-
-def _count(report: IngestReport, counts: dict) -> None:
-    for outcome in report.outcomes:
-        if outcome.status == "unchanged":
-            counts["unchanged"] += 1
-        elif outcome.status == "created" or (outcome.status == "duplicate" and outcome.version == 1):
-            counts["new"] += 1
-        else:
-            counts["updated"] += 1
 
 
 def sources_sync_due(*, now=None, limit: int = 100) -> list[int]:
@@ -358,12 +313,39 @@ def sources_sync_due(*, now=None, limit: int = 100) -> list[int]:
         last = source.sync_runs.order_by("-created_at").values_list("created_at", flat=True).first()
         if last is not None and last > now - source.sync_every:  # a failed run retries on the schedule
             continue
+        scope = SyncRun.Scope.CONTENT if source.is_service and not _permissions_due(source, now) else "all"
         try:
-            run = sync_run_request(source=source, trigger=SyncRun.Trigger.SCHEDULE)
+            run = sync_run_request(source=source, trigger=SyncRun.Trigger.SCHEDULE, scope=scope)
         except QuotaExceeded as exc:  # the tenant's last run of the day went to another source
             logger.info("Scheduled sync of %s skipped: %s", source, exc.message)
             continue
         queued.append(run.pk)
+    queued += _permission_syncs_due(now=now, limit=limit)
+    return queued
+
+
+def _permissions_due(source: Source, now) -> bool:
+    """Whether a service source's permission sync is due (``perm_every``, else ``KB_PERM_SYNC_EVERY_S``)."""
+    every = source.perm_every or timedelta(seconds=settings.KB_PERM_SYNC_EVERY_S)
+    return source.last_perm_synced_at is None or source.last_perm_synced_at <= now - every
+
+
+def _permission_syncs_due(*, now, limit: int) -> list[int]:
+    """Queue a permission sync (``scope="permissions"``) for each service source synced at least
+    once (on a schedule or by hand: a removed reader must lose access either way) whose permission
+    sync is due and that has no run going on; returns the run ids."""
+    queued = []
+    sources = (
+        Source.objects.filter(kind__in=Source.SERVICE_KINDS, last_synced_at__isnull=False)
+        .exclude(sync_runs__status__in=["pending", "running"])
+        .order_by(F("last_perm_synced_at").asc(nulls_first=True))
+    )
+    for source in sources[: limit * 4]:
+        if len(queued) >= limit:
+            break
+        if _permissions_due(source, now):
+            run = sync_run_request(source=source, trigger=SyncRun.Trigger.SCHEDULE, scope=SyncRun.Scope.PERMISSIONS)
+            queued.append(run.pk)
     return queued
 
 

@@ -98,7 +98,7 @@ def test_a_member_may_list_and_read_sources_but_not_create_change_delete_or_sync
     assert set(listed["results"][0]) == {
         "id", "name", "kind", "location", "branch", "include", "exclude", "text_format", "uri_prefix",
         "page_limit", "crawl_delay_s", "sync_every", "reliability", "half_life_days", "versions_kept",
-        "last_synced_at", "document_count", "last_run",
+        "last_synced_at", "document_count", "last_run", "options", "perm_every", "last_perm_synced_at", "has_secret",
     }  # fmt: skip
     assert member_client.get(f"/api/v1/sources/{folder_source.pk}/").status_code == 200
     assert member_client.get(f"/api/v1/sources/{folder_source.pk}/runs/").json()["results"] == []
@@ -242,7 +242,7 @@ def test_the_runs_list_is_newest_first_and_limited(folder_source, tenant, member
     assert [r["id"] for r in body["results"]] == [runs[2].pk, runs[1].pk]
     assert set(body["results"][0]) == {
         "id", "trigger", "status", "new", "updated", "unchanged", "deleted", "failed", "errors", "error",
-        "progress", "created_at", "started_at", "finished_at",
+        "progress", "created_at", "started_at", "finished_at", "scope", "permissions",
     }  # fmt: skip
 
 

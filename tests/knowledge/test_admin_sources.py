@@ -115,7 +115,8 @@ def test_a_schedule_that_is_not_a_duration_is_refused_on_its_field(client, tenan
 def test_a_source_filled_by_hand_may_not_have_a_schedule(client, tenant, superuser):
     response = client.post(reverse(ADD), source_form(tenant, kind="files", sync_every="1d"))
 
-    assert "Only folder, web and git sources sync on a schedule." in str(response.context["adminform"].form.errors)
+    errors = str(response.context["adminform"].form.errors)
+    assert "Only connector sources (folder, web, git and the services) sync on a schedule." in errors
     assert not Source.objects.filter(name="docs").exists()
 
 

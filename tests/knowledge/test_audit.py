@@ -165,7 +165,7 @@ def test_a_sync_asked_for_through_the_api_is_recorded(tenant, notes_source, api_
     [synced] = recorded("source.synced")
     assert (synced.tenant_id, synced.actor_label, synced.client_ip) == (tenant.pk, admin_member.username, "192.0.2.8")
     assert (synced.object_type, synced.object_id) == ("source", str(notes_source.pk))
-    assert synced.changes == {"run": response.json()["id"], "trigger": "manual"}
+    assert synced.changes == {"run": response.json()["id"], "trigger": "manual", "scope": "all"}
 
 
 def test_a_sync_run_from_the_command_line_is_recorded_by_the_operator(tenant, notes_source):
@@ -182,7 +182,7 @@ def test_a_scheduled_sync_is_recorded_by_the_schedule(tenant, notes_source):
 
     [synced] = recorded("source.synced")
     assert (synced.tenant_id, synced.actor_id, synced.actor_label) == (tenant.pk, None, SYSTEM_SCHEDULE)
-    assert synced.changes == {"run": run_id, "trigger": "schedule"}
+    assert synced.changes == {"run": run_id, "trigger": "schedule", "scope": "all"}
 
 
 def test_a_sync_of_another_tenants_source_is_neither_run_nor_recorded(other_tenant_corpus, api_admin):

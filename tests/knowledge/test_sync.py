@@ -301,13 +301,13 @@ def test_a_syncs_progress_gives_documents_done_chunks_per_second_and_time_left()
 def test_a_running_sync_records_its_progress_as_it_goes(tenant, folder_source, monkeypatch):
     monkeypatch.setattr(sync_service, "BATCH_DOCUMENTS", 1)
     seen = []
-    ingest = sync_service._ingest_isolating
+    ingest = sync_service.ingest_isolating
 
     def watched(*args, **kwargs):
         seen.append(SyncRun.objects.get(source=folder_source).progress)
         yield from ingest(*args, **kwargs)
 
-    monkeypatch.setattr(sync_service, "_ingest_isolating", watched)
+    monkeypatch.setattr(sync_service, "ingest_isolating", watched)
 
     run = source_sync(source=folder_source)
 

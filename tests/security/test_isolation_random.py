@@ -7,6 +7,10 @@ tenant not granted to them) showing in a response: its marker word (title and te
 link or its ``document_id``, in the body or in a redirect (``Location``, ``HX-Redirect``). The
 seed is printed; rerun one with ``KB_ISOLATION_SEED=<seed>``.
 
+Each tenant also holds documents synced from a service (a scripted Slack) whose permissions the
+seed draws: public, a channel of drawn members, drawn e-mail addresses, or unreadable (admins
+only).
+
 Users: every role of each tenant, a member in the restricted group, a member granted the restricted
 document, and ``roamer``, a member of both tenants (who asks with ``X-Tenant``). Each user also
 calls the API with a membership token of their own, and names the other tenant in ``X-Tenant``.
@@ -24,6 +28,7 @@ the other tenant): row-level security alone must keep every other tenant's docum
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -53,8 +58,9 @@ from retrieval.filters import RetrievalFilter
 from retrieval.models import Trace
 from retrieval.pipeline import pipeline_answer
 from retrieval.walks.models import Walk
-from tests.acl_world import markers, tenant_world
+from tests.acl_world import markers, synced_documents, tenant_world
 from tests.api.conftest import client_for
+from tests.connectors.scripted import scripted_service
 from tests.knowledge.web_site import WebSite
 from tests.retrieval.doubles import ScriptedLLM
 
@@ -110,9 +116,13 @@ def _facts_of_every_passage(messages) -> dict:
 
 
 @pytest.fixture
-def worlds(db, tmp_path):
-    """Both tenants, with conversations, traces, feedback and a job of the users who may see most."""
+def worlds(db, tmp_path, monkeypatch):
+    """Both tenants, with documents synced from a service under drawn permissions, conversations,
+    traces, feedback and a job of the users who may see most."""
     worlds = {slug: tenant_world(slug) for slug in ("acme", "bolt")}
+    draw = random.Random(_seed())
+    for world in worlds.values():
+        synced_documents(world, scripted_service(monkeypatch, tenant_id=world.tenant.pk), draw)
     side_doors = _side_doors(worlds, tmp_path / "data")
     # A member of both tenants, in neither's restricted group.
     roamer = worlds["acme"].users["member"].__class__.objects.create_user(username="roamer", password="pass-word-123")
@@ -179,7 +189,7 @@ class Probe:
             for key, document in world.documents.items()
             if (world is not self.world and who != "roamer")
             or (world is self.world and key not in visible and not cross_tenant_only)
-            or (world is not self.world and who == "roamer" and key != "public")
+            or (world is not self.world and who == "roamer" and key not in world.visible_keys("roamer"))
         ]
         self.patterns = [(d, m) for d in self.forbidden for m in markers(d)]
         self.api = client_for(self.user)
@@ -575,7 +585,9 @@ def test_no_user_of_any_role_or_grant_sees_a_document_they_may_not_see_anywhere(
     assert total > 1000
 
 
+@functools.cache
 def _seed() -> int:
+    """The run's seed (one per process: the worlds' drawn permissions and the probes' order)."""
     return int(os.environ.get("KB_ISOLATION_SEED") or random.SystemRandom().randrange(2**32))
 
 
