@@ -30,6 +30,7 @@ from config.env import (
     local_secret_key,
 )
 from core.embedder_keys import EMBEDDER_FORMS, embedder_key_valid
+from core.telemetry import telemetry_endpoints
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -336,6 +337,15 @@ KB_PARSE_MAX_UNPACKED_MB = env_int("KB_PARSE_MAX_UNPACKED_MB", 100, minimum=1)
 KB_PARSE_MAX_RATIO = env_int("KB_PARSE_MAX_RATIO", 100, minimum=2)
 KB_PARSE_MAX_CHARS = env_int("KB_PARSE_MAX_CHARS", 5_000_000, minimum=1000)
 KB_PARSE_MAX_PDF_PAGES = env_int("KB_PARSE_MAX_PDF_PAGES", 2000, minimum=1)
+# OCR of scanned pages and of images holding text (knowledge.ingestion.ocr): the engine (rapidocr, tesseract
+# or off), the most pages of one document it reads (the rest are named as skipped), the resolution pages are
+# rendered at, the parse time each OCR'd page adds to KB_PARSE_TIMEOUT_S, and the Celery queue of the
+# ingestion jobs that need OCR (empty: the ordinary queue), so bigger workers can take them.
+KB_OCR_ENGINE = env_choice("KB_OCR_ENGINE", "rapidocr", ["rapidocr", "tesseract", "off"])
+KB_OCR_MAX_PAGES = env_int("KB_OCR_MAX_PAGES", 50, minimum=0)
+KB_OCR_DPI = env_int("KB_OCR_DPI", 200, minimum=72)
+KB_OCR_PAGE_TIMEOUT_S = env_int("KB_OCR_PAGE_TIMEOUT_S", 10, minimum=1)
+KB_OCR_QUEUE = env_str("KB_OCR_QUEUE", "")
 # Outbound fetches for tenants (web and git sources, core.outbound) reach public (global unicast)
 # addresses only; the operator opens intranet ranges here (CIDRs, e.g. 10.20.0.0/16). Empty: none.
 KB_FETCH_ALLOWED_NETWORKS = env_list("KB_FETCH_ALLOWED_NETWORKS", [])
@@ -429,9 +439,9 @@ FILE_UPLOAD_HANDLERS = [
 
 # --- Telemetry (core.telemetry, core.metrics, docs/telemetry.md) -------------------------------
 # OpenTelemetry spans are exported when the standard OTEL_EXPORTER_OTLP_ENDPOINT (OTLP/HTTP protobuf,
-# e.g. http://127.0.0.1:4318) is set; the SDK reads it and the other OTEL_* variables itself.
-OTEL_EXPORTER_OTLP_ENDPOINT = env_url("OTEL_EXPORTER_OTLP_ENDPOINT", schemes=("http", "https"))
-env_url("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", schemes=("http", "https"))
+# e.g. http://127.0.0.1:4318) or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set; core.telemetry reads them
+# (checked here, at start) and the SDK reads them and the other OTEL_* variables itself.
+telemetry_endpoints()
 env_choice("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf", ["http/protobuf"])  # the exporter installed
 # Spans carry the question and text derived from it (queries, replies, errors) only when true.
 KB_OTEL_CAPTURE_QUESTIONS = env_bool("KB_OTEL_CAPTURE_QUESTIONS", False)

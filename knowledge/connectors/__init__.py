@@ -1,6 +1,7 @@
-"""Connectors: the sources a sync reads (``knowledge.services.sync``).
+"""Connectors: the sources a sync reads (``knowledge.services.sync``), all on one contract.
 
-``base`` says what a connector gives; ``folder``, ``web`` and ``git`` are the file kinds,
+``base`` holds the contract (``Connector``) and what connectors give (``Item``, ``Permission``,
+``SourceGroup``); ``folder``, ``web`` and ``git`` are the file kinds (``FileConnector``),
 ``services`` the service kinds (Slack, Confluence, Google Drive, GitHub, Jira, Notion), which
 also say who may see each document.
 """
@@ -8,7 +9,7 @@ also say who may see each document.
 from __future__ import annotations
 
 from core.errors import InvalidInput
-from knowledge.connectors.base import Connector, Item, ServiceConnector, SourceUnreachable, path_selected
+from knowledge.connectors.base import Connector, FileConnector, Item, SourceUnreachable, path_selected
 from knowledge.connectors.folder import FolderConnector
 from knowledge.connectors.git import GitConnector
 from knowledge.connectors.web import WebConnector
@@ -16,6 +17,7 @@ from knowledge.models import Source
 
 __all__ = [
     "Connector",
+    "FileConnector",
     "FolderConnector",
     "GitConnector",
     "Item",
@@ -28,7 +30,7 @@ __all__ = [
 _BY_KIND = {Source.Kind.FOLDER: FolderConnector, Source.Kind.WEB: WebConnector, Source.Kind.GIT: GitConnector}
 
 
-def connector_for(source: Source) -> Connector | ServiceConnector:
+def connector_for(source: Source) -> Connector:
     """The connector of a synced ``source``; ``InvalidInput`` for a kind filled by hand.
 
     A service source's connector needs its secret (``SourceUnreachable`` when it has none).

@@ -1,11 +1,15 @@
-"""What every connector gives the sync (``knowledge.services.sync``): the items of a source.
+"""What every connector gives the sync (``knowledge.services.sync``): one contract, ``Connector``.
 
-Two shapes share the ``Item``: the file connectors (folder, web, git) list the whole source at
-every sync (``Connector.items``); the service connectors (Slack, Confluence, Google Drive,
-GitHub, Jira, Notion) read a service's API and also say who may see each document there
-(``ServiceConnector``, below).
+Every kind implements ``Connector`` (below): what changed since a checkpoint, every live key
+(deletions), items read again, each document's permission and the source's groups. The service
+connectors (Slack, Confluence, Google Drive, GitHub, Jira, Notion) implement it against a
+service's API and say who may see each document there (``follows_permissions``). The file
+connectors (folder, web, git) implement ``items(known)`` — a walk of the whole source with a cheap
+change check per file — and ``FileConnector`` puts that walk on the contract: their "changes"
+are the files whose check differs, their listing is the walk's keys, and their access is the
+source's own rules.
 
-A connector walks its source and yields one ``Item`` per thing it reads from (a file, a page):
+A connector yields one ``Item`` per thing it reads from (a file, a page, a thread):
 
 * ``Item(key, fingerprint, unchanged=True)`` when the cheap check (mtime and size, an HTTP 304,
   a git blob id) says the item is as the last sync left it: nothing is read or embedded;
@@ -15,20 +19,24 @@ A connector walks its source and yields one ``Item`` per thing it reads from (a 
 * ``Item(key, error="...")`` when this one item could not be read (a 500, a corrupt file): it
   fails alone, and its documents keep their last good state.
 
-Everything the source held at the last sync but no item names now is gone at the source. A
-source that cannot be reached at all (server down, repository or folder missing) raises
-``SourceUnreachable`` from ``items``, and the sync changes nothing.
+* ``Item(key, deleted=True)`` when the change feed says the item is gone.
+
+Everything the source held at the last sync but its listing no longer names is gone at the
+source. A source that cannot be reached at all (server down, repository or folder missing)
+raises ``SourceUnreachable``; a file connector raises it before anything is read, so the sync
+changes nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from typing import Protocol
 
 from core.errors import ApplicationError
 from knowledge.ingestion.readers import ReadDocument
+from knowledge.models import Source
 
 
 class SourceUnreachable(ApplicationError):
@@ -53,10 +61,10 @@ class Item:
     documents: list[ReadDocument] = field(default_factory=list)
     unchanged: bool = False
     error: str = ""
-    # Service connectors only: who may see the item's documents at the source (None: not read, or
-    # could not be read; see ``Permission``), the checkpoint that holds once this item and every
+    # Who may see the item's documents at the source (connectors that follow permissions; None:
+    # could not be read, see ``Permission``), the checkpoint that holds once this item and every
     # item before it are stored, and ``deleted`` when the change feed says the item is gone
-    # (``ServiceConnector.changes``).
+    # (``Connector.changes``).
     permission: Permission | None = None
     checkpoint: dict | None = None
     deleted: bool = False
@@ -115,11 +123,14 @@ class CredentialRejected(SourceUnreachable):
     status = 400
 
 
-class ServiceConnector(Protocol):
-    """A connector for a service's API (Slack, Confluence, Google Drive, GitHub, Jira, Notion).
+class Connector(Protocol):
+    """The contract of every connector (module docstring).
 
-    Built as ``Kind(source, secret)`` with the decrypted token or key; ``source.location`` is the
-    API's base URL and ``source.options`` the kind's options (a dict). Every method raises
+    A service connector (Slack, Confluence, Google Drive, GitHub, Jira, Notion) is built as
+    ``Kind(source, secret)`` with the decrypted token or key; ``source.location`` is the API's
+    base URL and ``source.options`` the kind's options (a dict). A file connector is built as
+    ``Kind(source)`` (``FileConnector``). ``follows_permissions`` says whether ``permissions`` and
+    ``groups`` carry the source's own readers (true for services). Every method raises
     ``CredentialRejected`` when the service refuses the credential and ``SourceUnreachable`` when
     it cannot be reached at all (after the HTTP layer's retries); the sync then changes nothing
     more (what was stored before the failure stays, with its checkpoint).
@@ -144,10 +155,11 @@ class ServiceConnector(Protocol):
     """
 
     kind: str
+    follows_permissions: bool
 
     def check(self) -> str: ...
 
-    def changes(self, checkpoint: dict) -> Iterator[Item]: ...
+    def changes(self, checkpoint: dict) -> Iterable[Item]: ...
 
     def listing(self) -> Iterator[tuple[str, str]]: ...
 
@@ -158,14 +170,65 @@ class ServiceConnector(Protocol):
     def groups(self) -> Iterator[SourceGroup]: ...
 
 
-class Connector(Protocol):
-    """A source's connector. ``known`` maps each ``sync_key`` stored for the source to its fingerprint.
+class FileConnector:
+    """The file kinds (folder, web, git) on the ``Connector`` contract.
 
-    ``items`` yields every item the source holds now (see the module docstring) and raises
-    ``SourceUnreachable`` when the source cannot be read at all.
+    A subclass implements ``items(known)``: every item the source holds now, ``known`` mapping each
+    stored ``sync_key`` to its fingerprint, so an unchanged file is neither read nor embedded; it
+    raises ``SourceUnreachable`` before yielding when the source cannot be read at all. On that:
+
+    * ``changes(checkpoint)`` walks the source once (the checkpoint is the stored fingerprints,
+      read here) and returns the walk's items as a list, so the sync knows how many there are to
+      read and can show an ETA;
+    * ``listing()`` is that walk's keys (walking again only if ``changes`` did not run);
+    * ``fetch`` reads nothing more (every changed file was read by ``changes``);
+    * ``permissions`` and ``groups`` are empty: who may see a file source's documents is the
+      source's own rules (``knowledge.access``), not the files'.
     """
 
-    def items(self, known: Mapping[str, str]) -> Iterator[Item]: ...
+    follows_permissions = False
+    source: Source
+
+    def items(self, known: Mapping[str, str]) -> Iterator[Item]:
+        raise NotImplementedError
+
+    def _known(self) -> dict[str, str]:
+        from knowledge.models import Document
+
+        live = Document.objects.filter(tenant_id=self.source.tenant_id, source=self.source, deleted_at__isnull=True)
+        return {key: fingerprint for key, fingerprint in live.values_list("sync_key", "fingerprint") if key}
+
+    def changes(self, checkpoint: dict) -> list[Item]:
+        """Every item of the source (unchanged ones marked), read in one walk."""
+        known = self._known()
+        items = list(self.items(known))
+        self._walked = {
+            item.key: known.get(item.key, "") if item.unchanged or item.error else item.fingerprint for item in items
+        }
+        return items
+
+    def listing(self) -> Iterator[tuple[str, str]]:
+        walked = getattr(self, "_walked", None)
+        if walked is None:
+            self.changes({})
+            walked = self._walked
+        yield from walked.items()
+
+    def fetch(self, keys: list[str]) -> Iterator[Item]:
+        return iter(())
+
+    def permissions(self, keys: list[str]) -> Iterator[tuple[str, Permission | None]]:
+        return iter(())
+
+    def groups(self) -> Iterator[SourceGroup]:
+        return iter(())
+
+    def check(self) -> str:
+        """How many files or pages the source holds now, and how many changed since the last sync."""
+        items = self.changes({})
+        changed = sum(1 for item in items if not item.unchanged and not item.error)
+        failed = sum(1 for item in items if item.error)
+        return f"{len(items):,} items ({changed:,} new or changed since the last sync, {failed:,} unreadable)."
 
 
 def path_selected(path: str, include: list[str], exclude: list[str]) -> bool:

@@ -29,7 +29,7 @@ from pathlib import Path
 from django.conf import settings
 
 from core.errors import ApplicationError, InvalidInput
-from knowledge.connectors.base import Item, SourceUnreachable, path_selected
+from knowledge.connectors.base import FileConnector, Item, SourceUnreachable, path_selected
 from knowledge.folder_grants import NOT_ALLOWED, folder_location_check, folder_open, path_inside
 from knowledge.ingestion.readers import SUPPORTED_EXTENSIONS, read_bytes
 from knowledge.models import FolderGrant, Source
@@ -97,8 +97,10 @@ def file_read_beneath(dir_fd: int, relative: Path, *, max_bytes: int, grant: Fol
     return data
 
 
-class FolderConnector:
+class FolderConnector(FileConnector):
     """Reads ``source.location`` (a folder) with the source's include and exclude globs."""
+
+    kind = "folder"
 
     def __init__(self, source: Source):
         self.source = source

@@ -73,7 +73,7 @@ from dulwich.repo import Repo
 from core.errors import ApplicationError, InvalidInput
 from core.outbound import FETCH_FAILED, NOT_ALLOWED, AddressNotAllowed, FetchLimitExceeded, guarded_pool_manager
 from core.uploads import size_text
-from knowledge.connectors.base import Item, SourceUnreachable, path_selected
+from knowledge.connectors.base import FileConnector, Item, SourceUnreachable, path_selected
 from knowledge.connectors.git_local import local_repository_open
 from knowledge.connectors.git_objects import ObjectDamaged, ObjectSizes
 from knowledge.folder_grants import NOT_ALLOWED as LOCATION_NOT_ALLOWED
@@ -265,8 +265,10 @@ def commit_dates(repo: Repo, tip: bytes, wanted: Mapping[bytes, bytes]) -> dict[
     return dates
 
 
-class GitConnector:
+class GitConnector(FileConnector):
     """Reads a branch of the repository at ``source.location`` (see the module docstring)."""
+
+    kind = "git"
 
     def __init__(self, source: Source):
         self.source = source

@@ -87,7 +87,7 @@ from core.outbound import (
     body_read,
     guarded_http_transport,
 )
-from knowledge.connectors.base import Item, SourceUnreachable, path_selected
+from knowledge.connectors.base import FileConnector, Item, SourceUnreachable, path_selected
 from knowledge.ingestion import sandbox
 from knowledge.ingestion.readers import ReadDocument, read_bytes
 from knowledge.models import Source
@@ -174,12 +174,14 @@ def _validators(fingerprint: str) -> dict[str, str]:
     return headers
 
 
-class WebConnector:
+class WebConnector(FileConnector):
     """Reads the web site at ``source.location`` (module docstring).
 
     ``sleep`` (seconds -> None) makes the pauses between requests, ``transport`` replaces the
     network (httpx transports; the default is ``core.outbound``'s guarded one); both are for tests.
     """
+
+    kind = "web"
 
     def __init__(
         self,

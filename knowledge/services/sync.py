@@ -1,26 +1,30 @@
-"""Sync: a folder, web or git source's documents brought in line with what its connector reads.
+"""Sync: a source's documents brought in line with what its connector reads (every kind: folder,
+web, git and the services).
 
 One run (``SyncRun``) per source at a time, under a lease like ingestion jobs
-(``knowledge.services.leases``):
+(``knowledge.services.leases``); the run itself is ``knowledge.services.sync_runner``:
 
-1. the connector lists the source (``knowledge.connectors``); items whose cheap check says
-   "unchanged" are neither read nor embedded;
+1. the connector gives what changed (a file kind: every file whose cheap check differs from the
+   stored one, so unchanged files are neither read nor embedded; a service: what changed since
+   the stored checkpoint);
 2. read items are ingested in batches (``documents_ingest``: a changed text becomes a new
    version, equal text stays unchanged, exact and near-duplicate handling as usual); a batch that
    fails is retried item by item, so one bad document fails alone and is recorded on the run;
-3. documents the source held but no item names any more are marked deleted
+3. documents the source held but its listing no longer names are marked deleted
    (``knowledge.services.deletion.document_mark_deleted``): they leave current results and
-   counts, and ``as_of`` searches before the deletion still find them.
+   counts, and ``as_of`` searches before the deletion still find them;
+4. a service source's permissions are brought in line (``knowledge.permissions``).
 
+This module queues runs, claims them under a lease, records their outcome, and schedules them
+(``sources_sync_due``: content every ``sync_every``, a service's permissions every ``perm_every``).
 A source that cannot be reached (``SourceUnreachable``) fails the run with the reason and changes
-nothing: its documents keep their last good state.
+nothing more.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import defaultdict
 from contextlib import nullcontext
 from datetime import timedelta
 from functools import partial
@@ -29,7 +33,6 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
-from tqdm import tqdm
 
 from core import metrics
 from core.audit import SYSTEM_SCHEDULE, audit_actor, audit_record
@@ -38,18 +41,11 @@ from core.models import Tenant
 from core.queue import task_send
 from core.quotas import QuotaExceeded
 from knowledge import task_names
-from knowledge.connectors import Item, SourceUnreachable, connector_for
-from knowledge.models import Document, Source, SyncRun
+from knowledge.connectors import SourceUnreachable, connector_for
+from knowledge.models import Source, SyncRun
 from knowledge.quotas import sync_quota_check, sync_quota_exhausted
-from knowledge.services.deletion import document_mark_deleted
 from knowledge.services.leases import LeaseHeartbeat, lease_claim, lease_held
-from knowledge.services.sync_batches import (
-    BATCH_DOCUMENTS,
-    ingest_isolating,
-    outcomes_count,
-    own_ids_only,
-    sync_progress,
-)
+from knowledge.services.sync_runner import sync_steps
 from knowledge.services.uploads import TRANSIENT_ERRORS, worker_id_default
 
 logger = logging.getLogger(__name__)
@@ -69,7 +65,7 @@ def sync_run_request(
     """Queue a sync of ``source`` (run at once without a broker). Returns the run.
 
     ``scope`` (service sources): ``"all"``, ``"content"`` or ``"permissions"``
-    (``knowledge.services.service_sync``); the file kinds always sync everything.
+    (``knowledge.services.sync_runner``); the file kinds always sync everything.
 
     ``enqueue=False`` only records the run, pending: the caller runs it (``sync_run_execute``),
     e.g. in a background thread of its own process, and it shows as syncing meanwhile.
@@ -211,79 +207,8 @@ def sync_run_execute(*, run_id: int, worker_id: str | None = None, progress: boo
 
 
 def _sync(run: SyncRun, worker_id: str, *, progress: bool = False) -> dict:
-    """The sync itself (module docstring); returns the run's final fields."""
-    source, tenant = run.source, run.tenant
-    if source.is_service:
-        from knowledge.services.service_sync import service_sync
-
-        return service_sync(run, lease_held(SyncRun, run.pk, worker_id), progress=progress)
-    started = time.perf_counter()
-    held = lease_held(SyncRun, run.pk, worker_id)
-    documents = list(
-        Document.objects.filter(tenant=tenant, source=source).values(
-            "id", "external_id", "sync_key", "fingerprint", "deleted_at"
-        )
-    )
-    live = [d for d in documents if d["deleted_at"] is None]
-    known = {d["sync_key"]: d["fingerprint"] for d in live if d["sync_key"]}
-    by_key: dict[str, list[dict]] = defaultdict(list)
-    for d in live:
-        by_key[d["sync_key"]].append(d)
-
-    held.update(progress={"stage": "listing"})
-    items = list(connector_for(source).items(known))  # SourceUnreachable: nothing changes
-    counts = {"new": 0, "updated": 0, "unchanged": 0, "deleted": 0, "failed": 0}
-    errors: list[dict] = []
-    seen: set[str] = set()
-    to_read: list[Item] = []
-    for item in items:
-        seen.add(item.key)
-        if item.error:
-            counts["failed"] += 1
-            errors.append({"document": item.key, "error": item.error})
-        elif item.unchanged:
-            counts["unchanged"] += max(len(by_key.get(item.key, ())), 1)
-        else:
-            to_read.append(item)
-    to_read = own_ids_only(tenant, source, to_read, counts, errors)
-
-    stored_ids: set[str] = set()
-    bar = tqdm(total=len(to_read), unit="file", desc=source.name, disable=not progress or not to_read, mininterval=1.0)
-    ingest_started, chunks = time.perf_counter(), 0
-    for position in range(0, len(to_read), BATCH_DOCUMENTS):
-        batch = to_read[position : position + BATCH_DOCUMENTS]
-        held.update(
-            progress=sync_progress(
-                items=len(to_read), done=position, chunks=chunks, seconds=time.perf_counter() - ingest_started
-            )
-        )
-        bar.update(len(batch))
-        for group, report in ingest_isolating(tenant, source, batch, counts, errors):
-            outcomes_count(report, counts)
-            chunks += report.counts()["chunks"]
-            for item in group:
-                ids = [d.external_id for d in item.documents]
-                stored_ids.update(ids)
-                Document.objects.filter(tenant=tenant, external_id__in=ids).update(
-                    sync_key=item.key, fingerprint=item.fingerprint[:300]
-                )
-
-    bar.close()
-    held.update(progress={"stage": "deleting"})
-    read_keys = {item.key for item in to_read}
-    failed_keys = {e["document"] for e in errors}
-    gone = [
-        d
-        for d in live
-        if (d["sync_key"] not in seen and d["external_id"] not in stored_ids)
-        or (d["sync_key"] in read_keys and d["sync_key"] not in failed_keys and d["external_id"] not in stored_ids)
-    ]
-    now = timezone.now()
-    for d in gone:
-        if document_mark_deleted(document_id=d["id"], when=now):
-            counts["deleted"] += 1
-    logger.info("Synced %s in %.1f s: %s", source, time.perf_counter() - started, counts)
-    return {"status": SyncRun.Status.DONE, "errors": errors[:1000], "error": "", "progress": {}, **counts}
+    """The sync itself (``knowledge.services.sync_runner``); returns the run's final fields."""
+    return sync_steps(run, lease_held(SyncRun, run.pk, worker_id), progress=progress)
 
 
 def sources_sync_due(*, now=None, limit: int = 100) -> list[int]:

@@ -49,9 +49,10 @@ class ScriptedService:
 
 
 class ScriptedConnector:
-    """A ``ServiceConnector`` over a ``ScriptedService``."""
+    """A ``Connector`` over a ``ScriptedService``."""
 
     kind = "slack"
+    follows_permissions = True
     service: ScriptedService
 
     def __init__(self, source, secret: str):

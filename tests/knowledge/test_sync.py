@@ -12,9 +12,10 @@ from core.errors import InvalidInput
 from knowledge.connectors import folder as folder_connector
 from knowledge.models import Document, DocumentVersion, Source, SyncRun
 from knowledge.selectors import document_list, source_overview
-from knowledge.services import sync as sync_service
+from knowledge.services import sync_runner
 from knowledge.services.sources import source_create
-from knowledge.services.sync import source_sync, sources_sync_due, sync_progress, sync_run_request
+from knowledge.services.sync import source_sync, sources_sync_due, sync_run_request
+from knowledge.services.sync_batches import sync_progress
 from retrieval.search import chunk_search
 from tests.factories import folder_granted
 
@@ -299,15 +300,15 @@ def test_a_syncs_progress_gives_documents_done_chunks_per_second_and_time_left()
 
 
 def test_a_running_sync_records_its_progress_as_it_goes(tenant, folder_source, monkeypatch):
-    monkeypatch.setattr(sync_service, "BATCH_DOCUMENTS", 1)
+    monkeypatch.setattr(sync_runner, "BATCH_DOCUMENTS", 1)
     seen = []
-    ingest = sync_service.ingest_isolating
+    ingest = sync_runner.ingest_isolating
 
     def watched(*args, **kwargs):
         seen.append(SyncRun.objects.get(source=folder_source).progress)
         yield from ingest(*args, **kwargs)
 
-    monkeypatch.setattr(sync_service, "ingest_isolating", watched)
+    monkeypatch.setattr(sync_runner, "ingest_isolating", watched)
 
     run = source_sync(source=folder_source)
 

@@ -9,7 +9,8 @@ from django.utils import timezone
 
 from knowledge.models import Document, DocumentVersion, SyncRun
 from knowledge.services.sources import source_create
-from knowledge.services.sync import BATCH_DOCUMENTS, sync_run_request
+from knowledge.services.sync import sync_run_request
+from knowledge.services.sync_batches import BATCH_DOCUMENTS
 from tests.factories import folder_granted
 from tests.knowledge.test_jobs import BROKER, VISIBILITY_S, Worker, _bulk_jsonl, job_queue  # noqa: F401, F811
 

@@ -1,6 +1,6 @@
 """The service connectors: Slack, Confluence, Google Drive, GitHub, Jira and Notion.
 
-Each module holds one kind's ``ServiceConnector`` (``knowledge.connectors.base``), built on the
+Each module holds one kind's ``Connector`` (``knowledge.connectors.base``), built on the
 vendor's official or most-used client library, pointed at ``source.location`` (the cloud API by
 default, or a self-hosted server's), every request through ``knowledge.connectors.http``.
 ``docs/connectors.md`` says per kind the scopes it needs, what it syncs and how permissions map.
@@ -12,7 +12,7 @@ from importlib import import_module
 
 from core.errors import InvalidInput
 from core.secrets import secret_readable
-from knowledge.connectors.base import ServiceConnector, SourceUnreachable
+from knowledge.connectors.base import Connector, SourceUnreachable
 from knowledge.models import Source
 
 # kind -> "module:class"; imported on first use, so a worker loads only the clients it needs.
@@ -41,12 +41,12 @@ LOCATION_HINTS = {
 
 
 def connector_class(kind: str) -> type:
-    """The ``ServiceConnector`` class of ``kind``; ``KeyError`` for a kind that is not a service."""
+    """The ``Connector`` class of ``kind``; ``KeyError`` for a kind that is not a service."""
     module, name = _CLASSES[kind].split(":")
     return getattr(import_module(module), name)
 
 
-def service_connector(source: Source) -> ServiceConnector:
+def service_connector(source: Source) -> Connector:
     """The connector of service ``source``, with its decrypted secret.
 
     ``InvalidInput`` for a kind that is not a service; ``SourceUnreachable`` when the source has

@@ -106,6 +106,7 @@ class ConfluenceConnector:
     and ``attachments`` (default true)."""
 
     kind = KIND
+    follows_permissions = True
 
     def __init__(self, source, secret: str):
         from atlassian import Confluence

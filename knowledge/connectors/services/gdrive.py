@@ -116,9 +116,10 @@ def _short(exc: Exception) -> str:
 
 
 class DriveConnector:
-    """The ``ServiceConnector`` of Google Drive (module docstring)."""
+    """The ``Connector`` of Google Drive (module docstring)."""
 
     kind = "gdrive"
+    follows_permissions = True
 
     def __init__(self, source, secret: str):
         options = source.options or {}
@@ -199,7 +200,7 @@ class DriveConnector:
         for files, token in self._files(fields, page=page):
             yield from ((file, token) for file in files if self._document(file) and self._in_scope(file))
 
-    # -- the ServiceConnector protocol -----------------------------------------------------------
+    # -- the Connector protocol -----------------------------------------------------------
 
     def check(self) -> str:
         """What the account sees, e.g. "Google Drive as alice@example.com: 3 shared drives, 42 readable

@@ -154,9 +154,10 @@ def issue_document(repository: str, issue, comments: list, reviews: list) -> Rea
 
 
 class GitHubConnector:
-    """A ``ServiceConnector`` for GitHub repositories' issues and pull requests (module docstring)."""
+    """A ``Connector`` for GitHub repositories' issues and pull requests (module docstring)."""
 
     kind = KIND
+    follows_permissions = True
 
     def __init__(self, source, secret: str):
         options = source.options or {}

@@ -73,9 +73,10 @@ def _jql_list(keys) -> str:
 
 
 class JiraConnector:
-    """A ``ServiceConnector`` for a Jira site (module docstring)."""
+    """A ``Connector`` for a Jira site (module docstring)."""
 
     kind = "jira"
+    follows_permissions = True
 
     def __init__(self, source, secret: str):
         from jira import JIRA
@@ -298,7 +299,7 @@ class JiraConnector:
             checkpoint=checkpoint,
         )
 
-    # -- ServiceConnector ----------------------------------------------------------------------
+    # -- Connector ----------------------------------------------------------------------
 
     def check(self) -> str:
         """Who the credential is, which projects it reads, and in how many the permissions can be read."""

@@ -275,9 +275,10 @@ def _block_line(block: dict, number: int) -> str:
 
 
 class NotionConnector:
-    """The Notion ``ServiceConnector`` (module docstring); keys are page ids."""
+    """The Notion ``Connector`` (module docstring); keys are page ids."""
 
     kind = KIND
+    follows_permissions = True
 
     def __init__(self, source, secret: str):
         self.source = source
@@ -334,7 +335,7 @@ class NotionConnector:
             partial(self._api, self.client.blocks.children.list), block_id=block_id, page_size=PAGE_SIZE
         )
 
-    # -- the ServiceConnector protocol --
+    # -- the Connector protocol --
 
     def check(self) -> str:
         me = self._api(self.client.users.me, whole=True)

@@ -197,13 +197,14 @@ def fingerprint(parent: dict) -> str:
 
 
 class SlackConnector:
-    """A Slack workspace's channels as a ``ServiceConnector`` (module docstring).
+    """A Slack workspace's channels as a ``Connector`` (module docstring).
 
     ``source.options``: ``channels`` (names with or without ``#``, or ids; default: every channel
     the app is in), ``lookback_days`` (how far ``changes`` looks back for replies and edits; 7).
     """
 
     kind = KIND
+    follows_permissions = True
 
     def __init__(self, source, secret: str):
         self.source = source
@@ -431,7 +432,7 @@ class SlackConnector:
             permission=self.permission(channel),
         )
 
-    # -- the ServiceConnector protocol ----------------------------------------------------------
+    # -- the Connector protocol ----------------------------------------------------------
 
     def check(self) -> str:
         """What the token sees: "Acme: 12 channels the app is in (3 private), 1,204 people"."""
