@@ -246,7 +246,7 @@ def main() -> None:
     earlier = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     output: dict = {
         "chunks": args.chunks,
-        "embedder_backend": getattr(settings, "KB_EMBEDDER_BACKEND", "torch"),
+        "embedder_backend": settings.KB_EMBEDDER_BACKEND,
         "queries": len(questions),
         "goal_hybrid_p50_ms_max": 15,
         # A corpus not measured in this run keeps its figures from the previous file.

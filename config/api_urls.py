@@ -14,6 +14,7 @@ from knowledge.source_apis import (
 )
 from people.apis import CitationOpenApi, ConversationDetailApi, ConversationListApi, FeedbackApi, ProfileApi
 from people.ask_apis import AskApi, AskStreamApi
+from people.attachment_apis import ConversationFileDetailApi, ConversationFileListApi, ConversationFileNewApi
 from retrieval.apis import SearchApi
 from retrieval.trace_apis import TraceDetailApi
 from retrieval.usage_apis import UsageApi
@@ -43,6 +44,15 @@ urlpatterns = [
     path("ask/stream/", AskStreamApi.as_view(), name="ask-stream"),
     path("conversations/", ConversationListApi.as_view(), name="conversation-list"),
     path("conversations/<int:conversation_id>/", ConversationDetailApi.as_view(), name="conversation-detail"),
+    path("conversations/files/", ConversationFileNewApi.as_view(), name="conversation-file-new"),
+    path(
+        "conversations/<int:conversation_id>/files/", ConversationFileListApi.as_view(), name="conversation-file-list"
+    ),
+    path(
+        "conversations/<int:conversation_id>/files/<int:file_id>/",
+        ConversationFileDetailApi.as_view(),
+        name="conversation-file-detail",
+    ),
     path("traces/<int:trace_id>/", TraceDetailApi.as_view(), name="trace-detail"),
     path("traces/<int:trace_id>/feedback/", FeedbackApi.as_view(), name="trace-feedback"),
     path("traces/<int:trace_id>/citations/<int:n>/open/", CitationOpenApi.as_view(), name="citation-open"),

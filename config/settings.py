@@ -219,8 +219,13 @@ CELERY_BROKER_URL = env_url(
     env_str("REDIS_URL"),
     schemes=("redis", "rediss", "amqp", "memory"),
 )
-# With no broker configured, tasks run in-process (the demo needs no Redis).
+# With no broker configured, tasks run in-process (the demo needs no Redis). Celery's in-memory
+# transport then stands in for the broker: an eager task still takes a producer from the broker's
+# connection pool, which would otherwise be an AMQP connection to a default host ("No hostname was
+# supplied"). Nothing is ever sent through it.
 CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
+if CELERY_TASK_ALWAYS_EAGER:
+    CELERY_BROKER_URL = "memory://localhost/"
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -337,11 +342,13 @@ KB_PARSE_MAX_UNPACKED_MB = env_int("KB_PARSE_MAX_UNPACKED_MB", 100, minimum=1)
 KB_PARSE_MAX_RATIO = env_int("KB_PARSE_MAX_RATIO", 100, minimum=2)
 KB_PARSE_MAX_CHARS = env_int("KB_PARSE_MAX_CHARS", 5_000_000, minimum=1000)
 KB_PARSE_MAX_PDF_PAGES = env_int("KB_PARSE_MAX_PDF_PAGES", 2000, minimum=1)
-# OCR of scanned pages and of images holding text (knowledge.ingestion.ocr): the engine (rapidocr, tesseract
-# or off), the most pages of one document it reads (the rest are named as skipped), the resolution pages are
-# rendered at, the parse time each OCR'd page adds to KB_PARSE_TIMEOUT_S, and the Celery queue of the
-# ingestion jobs that need OCR (empty: the ordinary queue), so bigger workers can take them.
-KB_OCR_ENGINE = env_choice("KB_OCR_ENGINE", "rapidocr", ["rapidocr", "tesseract", "off"])
+# OCR of scanned pages and of images holding text (knowledge.ingestion.ocr): the engine (tesseract, Debian's
+# binary, the default: as accurate as RapidOCR on scans for a fifth to a third of its CPU, docs/benchmarks.md;
+# rapidocr, from its wheel, needs KB_PARSE_MEMORY_MB=2048; or off), the most pages of one document it reads
+# (the rest are named as skipped), the resolution pages are rendered at, the parse time each OCR'd page adds
+# to KB_PARSE_TIMEOUT_S, and the Celery queue of the ingestion jobs that need OCR (empty: the ordinary
+# queue), so bigger workers can take them.
+KB_OCR_ENGINE = env_choice("KB_OCR_ENGINE", "tesseract", ["rapidocr", "tesseract", "off"])
 KB_OCR_MAX_PAGES = env_int("KB_OCR_MAX_PAGES", 50, minimum=0)
 KB_OCR_DPI = env_int("KB_OCR_DPI", 200, minimum=72)
 KB_OCR_PAGE_TIMEOUT_S = env_int("KB_OCR_PAGE_TIMEOUT_S", 10, minimum=1)

@@ -30,6 +30,11 @@ from core.rls import rls_bypass, rls_request_bind
 UNSCOPED = object()
 
 
+def admin_superuser(request) -> bool:
+    """Whether the request's user is an active superuser (the operator)."""
+    return request.user.is_active and request.user.is_superuser
+
+
 def admin_tenant(request):
     """The tenant a request's admin views are limited to: ``None`` for no rows at all, or
     ``UNSCOPED`` for a superuser. Cached on the request.
@@ -39,7 +44,7 @@ def admin_tenant(request):
     owner, else their first such tenant by slug; only without any admin or owner membership,
     the chosen (or only) membership's tenant, as before memberships were several."""
     if not hasattr(request, "_admin_tenant"):
-        if request.user.is_superuser:
+        if admin_superuser(request):
             request._admin_tenant = UNSCOPED
         else:
             request._admin_tenant = _administered_tenant(request)
@@ -250,6 +255,27 @@ class AuditedAdminMixin:
         return super().log_deletions(request, queryset)
 
 
+class SuperuserOnlyAdminMixin:
+    """An admin only superusers see, add, change or delete in, whatever Django permissions a
+    tenant admin holds (installation-wide settings: quotas, folder grants, single sign-on). A
+    class that never allows a verb overrides that method after the mixin."""
+
+    def has_module_permission(self, request):
+        return admin_superuser(request)
+
+    def has_view_permission(self, request, obj=None):
+        return admin_superuser(request)
+
+    def has_add_permission(self, request, obj=None):
+        return admin_superuser(request)
+
+    def has_change_permission(self, request, obj=None):
+        return admin_superuser(request)
+
+    def has_delete_permission(self, request, obj=None):
+        return admin_superuser(request)
+
+
 class ReadOnlyAdminMixin:
     """Rows written only by ingestion: viewable, never added or changed here."""
 
@@ -288,16 +314,16 @@ class TenantAdmin(admin.ModelAdmin):
         # settings"), which first evaluates them on the tenant's judgment lists and refuses bad
         # values; a new tenant starts with the defaults, so the add form cannot store a bad value either.
         gated = ["retrieval_config"]
-        if request.user.is_superuser:
+        if admin_superuser(request):
             return ["created_at", *gated]
         # Changing the embedder needs a re-embed of every chunk: a superuser's job.
         return ["slug", "embedder", "created_at", *gated]
 
     def has_add_permission(self, request):
-        return request.user.is_superuser and super().has_add_permission(request)
+        return admin_superuser(request) and super().has_add_permission(request)
 
     def has_delete_permission(self, request, obj=None):
-        return request.user.is_superuser and super().has_delete_permission(request, obj)
+        return admin_superuser(request) and super().has_delete_permission(request, obj)
 
     @admin.display(description="members", ordering="member_count")
     def member_count(self, obj):

@@ -29,13 +29,18 @@ def task_get(name: str) -> Task:
     return app.tasks[name]
 
 
-def task_send(name: str, *args) -> None:
-    """Queue task ``name`` with positional ``args`` now (run it now, without a broker).
+def task_send(name: str, *args, queue: str | None = None) -> None:
+    """Queue task ``name`` with positional ``args`` now (run it now, without a broker), on
+    ``queue`` when given (else where the routes send it: the default queue).
 
     Without a broker, exceptions of the task propagate (``CELERY_TASK_EAGER_PROPAGATES``); with
     one, an unreachable broker raises.
     """
-    task_get(name).delay(*args)
+    task = task_get(name)
+    if queue:
+        task.apply_async(args, queue=queue)
+    else:
+        task.delay(*args)
 
 
 def task_enqueue(name: str, *args, robust: bool = False) -> None:

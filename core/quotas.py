@@ -55,7 +55,7 @@ class Quota:
 
     def default(self) -> int | None:
         """The installation default (``None`` = unlimited), in the quota's unit."""
-        value = getattr(settings, self.setting, None)
+        value = getattr(settings, self.setting)
         return None if value is None else int(value) * self.scale
 
     def amount(self, number: int) -> str:

@@ -84,7 +84,7 @@ _turn = itertools.count()
 
 def replica_aliases() -> list[str]:
     """The replicas' database aliases (``settings.KB_REPLICA_ALIASES``), empty without replicas."""
-    return list(getattr(settings, "KB_REPLICA_ALIASES", ()))
+    return list(settings.KB_REPLICA_ALIASES)
 
 
 def read_alias() -> str:

@@ -82,7 +82,7 @@ _scope: contextvars.ContextVar[RlsScope | None] = contextvars.ContextVar("kb_rls
 
 def rls_enabled() -> bool:
     """``settings.KB_RLS``: whether statements in a scope run under row-level security."""
-    return getattr(settings, "KB_RLS", True)
+    return settings.KB_RLS
 
 
 def rls_scope() -> RlsScope | None:

@@ -80,7 +80,7 @@ def fernet():
     """The ``MultiFernet`` of the current settings: ``KB_SECRET_KEYS`` (the first encrypts), then the
     keys derived from ``SECRET_KEY`` and ``SECRET_KEY_FALLBACKS``. ``ImproperlyConfigured`` for a
     malformed key."""
-    fallbacks = getattr(settings, "SECRET_KEY_FALLBACKS", None) or []
+    fallbacks = settings.SECRET_KEY_FALLBACKS
     return _fernet(tuple(settings.KB_SECRET_KEYS), (settings.SECRET_KEY, *fallbacks))
 
 

@@ -26,9 +26,13 @@ from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_SERVICE_NAME = "knowledge-base"
+# The standard variables that turn spans on (``telemetry_endpoints``).
+ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 _TRUE = {"1", "true", "yes", "on"}
 _OFF = "off"
 _NULL = nullcontext(None)
@@ -100,14 +104,27 @@ def _request_query_dropped(span: Any, request: Any) -> None:
         span.set_attribute("url.query", "")
 
 
+def telemetry_endpoints() -> dict[str, str]:
+    """The OTLP endpoints the environment sets, by variable (``OTEL_EXPORTER_OTLP_ENDPOINT``,
+    ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``); empty when neither is set. ``ImproperlyConfigured``
+    naming the variable for a value that is not an http(s) URL.
+
+    The one place they are read: the settings call it so a bad value stops the start, and the
+    decision to export reads the environment at each setup (a gunicorn worker decides before the
+    app and its settings load; the SDK's exporter reads the same variables itself)."""
+    endpoints = {name: os.environ.get(name, "").strip() for name in ENDPOINT_VARIABLES}
+    endpoints = {name: value for name, value in endpoints.items() if value}
+    for name, value in endpoints.items():
+        if value.split("://", 1)[0] not in ("http", "https"):
+            raise ImproperlyConfigured(f"{name}={value!r} must be a URL starting with one of: http://, https://")
+    return endpoints
+
+
 def telemetry_wanted() -> bool:
     """Whether the environment asks for spans: an OTLP endpoint is set and the SDK is not disabled."""
     if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() in _TRUE:
         return False
-    return bool(
-        os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
-        or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
-    )
+    return bool(telemetry_endpoints())
 
 
 def _service_name_configured() -> bool:
@@ -175,7 +192,7 @@ def capture_text() -> bool:
     """Whether spans may carry the question and text derived from it (``KB_OTEL_CAPTURE_QUESTIONS``)."""
     from django.conf import settings
 
-    return bool(getattr(settings, "KB_OTEL_CAPTURE_QUESTIONS", False))
+    return settings.KB_OTEL_CAPTURE_QUESTIONS
 
 
 def span(name: str, *, attributes: Mapping[str, Any] | None = None, kind: str = "internal") -> AbstractContextManager:

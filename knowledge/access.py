@@ -7,8 +7,10 @@ document is visible when its source allows the reader *and* the document allows 
 
 Who bypasses: the tenant's **owners and admins** see every document of their tenant (they
 manage the rules and could grant themselves anyway, and the admin site shows them the whole
-tenant), and so do Django **superusers**. Editors, members and viewers are bound by the rules. A
-user who is not a member of the tenant may not ask in it at all (``PermissionDenied``).
+tenant), and so do Django **superusers**, except the files members attach to their conversations:
+those are their member's alone (``knowledge.attachments``). Editors, members and viewers are bound
+by the rules. A user who is not a member of the tenant may not ask in it at all
+(``PermissionDenied``).
 
 The rules are read when a query starts (``access_scope_get``: one SQL query giving the versions
 of the documents hidden from the user), never copied onto chunks: retrieval applies
@@ -148,13 +150,27 @@ def _denied_ids(scope: AccessScope, target: str) -> QuerySet:
     )
 
 
+def _attached_by_others(scope: AccessScope, path: str) -> Q:
+    """The files attached to conversations (``knowledge.attachments``) that no rule grants to the
+    reader of ``scope``: private to their member, owners and admins included, and to no one once
+    their rule is gone."""
+    own = AccessRule.objects.for_tenant(scope.tenant_id).filter(user_id=scope.user_id, document__isnull=False)
+    return Q(**{f"{path}source__kind": Source.Kind.CONVERSATION}) & ~Q(
+        **{f"{path}{'pk' if not path else 'id'}__in": own.values("document_id")}
+    )
+
+
 def documents_visible(documents: QuerySet, scope: AccessScope | None, *, path: str = "") -> QuerySet:
     """``documents`` without those ``scope`` may not see (all of them when ``scope`` is ``None``).
 
     ``path`` reaches the document from the queryset's model, e.g. ``"version__document__"`` for
-    chunks or ``"document__"`` for versions (empty for documents themselves).
+    chunks or ``"document__"`` for versions (empty for documents themselves). Files attached to
+    conversations are left out for every user but the one a rule grants them to.
     """
-    if scope is None or not scope.restricts:
+    if scope is None:
+        return documents
+    documents = documents.exclude(_attached_by_others(scope, path))
+    if not scope.restricts:
         return documents
     return documents.exclude(**{f"{path}source_id__in": _denied_ids(scope, "source")}).exclude(
         **{f"{path}{'pk' if not path else 'id'}__in": _denied_ids(scope, "document")}
@@ -163,8 +179,12 @@ def documents_visible(documents: QuerySet, scope: AccessScope | None, *, path: s
 
 def sources_visible(sources: QuerySet[Source], scope: AccessScope | None) -> QuerySet[Source]:
     """``sources`` without the restricted ones ``scope`` is not granted (also a restricted source
-    with no document yet, which ``denied_versions`` cannot tell)."""
-    if scope is None or scope.sees_all or not scope.has_rules:
+    with no document yet, which ``denied_versions`` cannot tell). A user's ``scope`` never lists
+    the source of the files attached to conversations (``knowledge.attachments``)."""
+    if scope is None:
+        return sources
+    sources = sources.exclude(kind=Source.Kind.CONVERSATION)
+    if scope.sees_all or not scope.has_rules:
         return sources
     return sources.exclude(pk__in=_denied_ids(scope, "source"))
 

@@ -27,7 +27,7 @@ from django.db.models import Count, OuterRef, Q, Subquery
 from django.forms.models import construct_instance
 from django.http import HttpResponseRedirect
 
-from core.admin import UNSCOPED, TenantScopedAdmin, TenantScopedForm, admin_tenant
+from core.admin import UNSCOPED, SuperuserOnlyAdminMixin, TenantScopedAdmin, TenantScopedForm, admin_tenant
 from core.errors import ApplicationError, InvalidInput
 from core.quotas import QuotaExceeded
 from knowledge.admin_sync_runs import (
@@ -442,7 +442,7 @@ class FolderGrantForm(forms.ModelForm):
 
 
 @admin.register(FolderGrant)
-class FolderGrantAdmin(admin.ModelAdmin):
+class FolderGrantAdmin(SuperuserOnlyAdminMixin, admin.ModelAdmin):
     """The folders each tenant's folder and local git sources may read. Only superusers (the
     operator) see, add or revoke grants; a tenant admin has no way to grant themselves a folder."""
 
@@ -451,20 +451,8 @@ class FolderGrantAdmin(admin.ModelAdmin):
     list_filter = ["tenant"]
     search_fields = ["path", "tenant__slug"]
 
-    def has_module_permission(self, request):
-        return request.user.is_active and request.user.is_superuser
-
-    def has_view_permission(self, request, obj=None):
-        return request.user.is_active and request.user.is_superuser
-
-    def has_add_permission(self, request):
-        return request.user.is_active and request.user.is_superuser
-
     def has_change_permission(self, request, obj=None):
         return False  # a grant is added or revoked, never moved
-
-    def has_delete_permission(self, request, obj=None):
-        return request.user.is_active and request.user.is_superuser
 
     def save_model(self, request, obj, form, change):
         grant, _created = folder_grant_add(tenant=obj.tenant, path=obj.path, granted_by=request.user.get_username())

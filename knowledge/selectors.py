@@ -6,8 +6,9 @@ from django.db.models import Count, IntegerField, Max, OuterRef, Prefetch, Query
 from django.db.models.functions import Coalesce
 
 from core.errors import InvalidInput, NotFound, PermissionDenied
+from core.memberships import membership_list
 from core.models import Membership, Tenant
-from core.rls import rls_bypass, rls_request_bind
+from core.rls import rls_request_bind
 from knowledge.access import access_scope_get, documents_visible, sources_visible
 from knowledge.models import Chunk, Document, DocumentVersion, IngestionJob, Source, SyncRun
 
@@ -17,12 +18,10 @@ def membership_for_user(user) -> Membership:
     resolves its tenant with ``core.memberships.membership_for_request``.
     ``PermissionDenied`` if the user has no tenant, ``InvalidInput`` if they have several.
 
-    Resolving a tenant binds the request's row-level-security scope to it
-    (``core.rls.rls_request_bind``); the lookup itself runs before any tenant is bound, hence
-    ``rls_bypass``.
+    The memberships are read by ``core.memberships.membership_list``; resolving a tenant binds
+    the row-level-security scope to it (``core.rls.rls_request_bind``).
     """
-    with rls_bypass():  # resolving the tenant: the user's memberships, before a tenant is bound
-        memberships = list(Membership.objects.select_related("tenant").filter(user_id=getattr(user, "pk", None))[:2])
+    memberships = membership_list(user=user)
     if not memberships:
         raise PermissionDenied("Your account does not belong to any tenant.")
     if len(memberships) > 1:

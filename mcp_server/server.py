@@ -96,6 +96,10 @@ def _describe(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
+# Tools that store something: ``ask`` keeps the answer in the member's conversation, ``attach_file`` a file.
+WRITING_TOOLS = ("ask", "attach_file")
+
+
 def _tool_list() -> list[types.Tool]:
     return [
         types.Tool(
@@ -104,7 +108,10 @@ def _tool_list() -> list[types.Tool]:
             description=spec.description,
             input_schema=spec.arguments.model_json_schema(),
             annotations=types.ToolAnnotations(
-                title=spec.title, read_only_hint=spec.name != "ask", destructive_hint=False, open_world_hint=False
+                title=spec.title,
+                read_only_hint=spec.name not in WRITING_TOOLS,
+                destructive_hint=False,
+                open_world_hint=False,
             ),
         )
         for spec in TOOLS.values()

@@ -9,7 +9,8 @@ security, quotas and errors apply:
 - ``ask``: ``people.asking.ask`` (the one asking service: the answer is kept as the next turn of
   the member's conversation, a viewer's is not);
 - ``fetch``: ``mcp_server.selectors`` (``knowledge``'s access scope);
-- ``list_sources``: ``knowledge.selectors.source_overview``.
+- ``list_sources``: ``knowledge.selectors.source_overview``;
+- ``attach_file``: ``people.attachments.conversation_file_attach`` (``mcp_server.attachments``).
 
 Errors are ``core.errors.ApplicationError``s (``InvalidInput``, ``NotFound``, ``PermissionDenied``,
 ``UpstreamError``), which ``mcp_server.server`` turns into tool errors.
@@ -25,8 +26,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from core.errors import InvalidInput
 from core.models import Membership
+from knowledge.pages import chunk_pages
 from knowledge.selectors import source_ids_for_names, source_overview
 from knowledge.versions import as_of_parse, version_date
+from mcp_server.attachments import AttachFileArguments, attach_file_run
 from mcp_server.selectors import chunk_document_versions, chunk_get, document_text_get
 from people.asking import ask
 from retrieval.config import MAX_QUERY_CHARS, MODES
@@ -120,8 +123,9 @@ def _as_of(value: str | None):
 def search_run(*, membership: Membership, arguments: SearchArguments) -> dict:
     """``{"results": [...], "count": n}``: the ``k`` best chunks, each with ``rank``, ``score``,
     ``document_id``, ``document`` (its external id), ``title``, ``uri``, ``source``, ``version``,
-    ``version_date`` (ISO date), ``version_current``, ``chunk_id``, ``chunk`` (ordinal), ``kind``,
-    ``heading``, ``text`` (and ``also_in``, ``near_duplicates``, ``update`` when there are any)."""
+    ``version_date`` (ISO date), ``version_current``, ``chunk_id``, ``chunk`` (ordinal), ``page`` and
+    ``page_end`` (1-based pages of a PDF or presentation, else ``None``), ``kind``, ``heading``,
+    ``text`` (and ``also_in``, ``near_duplicates``, ``update`` when there are any)."""
     tenant, user = membership.tenant, membership.user
     response = chunk_search(
         tenant=tenant,
@@ -170,6 +174,8 @@ CITATION_KEYS = (
     "version_date",
     "version_current",
     "chunk_id",
+    "page",
+    "page_end",
     "text",
     "update",
 )
@@ -182,7 +188,8 @@ def ask_run(
     question has no one-sentence answer, e.g. a how-to: then ``lead``, the best passage's document,
     title, section and paragraph, leads an extractive answer), ``answer``
     (the explanation with ``[n]`` markers), ``citations`` (``n``, document, ``version``,
-    ``version_date``, ``chunk_id``, the passage ``text``), ``found``, ``mode`` (llm or extractive),
+    ``version_date``, ``chunk_id``, ``page``/``page_end`` (``None`` without pages), the passage
+    ``text``), ``found``, ``mode`` (llm or extractive),
     ``pipeline``, ``degraded`` and ``degraded_reason`` (answered without the LLM, e.g. over the
     tenant's daily LLM tokens), ``trace_id``, and ``conversation_id`` and ``turn`` when the answer
     was kept (members; send ``conversation`` back for a follow-up), ``syncing`` (sources still
@@ -229,8 +236,8 @@ def fetch_run(*, membership: Membership, arguments: FetchArguments) -> dict:
     ``text`` is at most ``max_chars`` characters from ``offset`` of the version's ``length`` and
     ``next_offset`` is where the rest starts (``None`` at the end).
 
-    A chunk: ``{"type": "chunk", "chunk_id", "chunk", "heading", "kind", "text", "document_id",
-    "document", "title", "uri", "source", "version", "versions"}``.
+    A chunk: ``{"type": "chunk", "chunk_id", "chunk", "page", "page_end", "heading", "kind", "text",
+    "document_id", "document", "title", "uri", "source", "version", "versions"}``.
 
     ``NotFound`` for an id that is not the tenant's or is hidden from the member;
     ``InvalidInput`` for an ``offset`` past the end of the text.
@@ -244,6 +251,7 @@ def fetch_run(*, membership: Membership, arguments: FetchArguments) -> dict:
             "type": "chunk",
             "chunk_id": chunk.pk,
             "chunk": chunk.ordinal,
+            **chunk_pages(chunk),  # page, page_end in a paged document (PDF), else None
             "heading": chunk.heading,
             "kind": chunk.kind,
             "text": chunk.text,
@@ -335,8 +343,8 @@ TOOLS: dict[str, ToolSpec] = {
             title="Search the knowledge base",
             description=(
                 "Search the team's documents you may see. Returns the best-matching chunks (passages), best "
-                "first, each with its text, document (id, title, uri), source, version number, version date "
-                "and score. Use fetch with a chunk_id or document_id for more of a document."
+                "first, each with its text, document (id, title, uri), source, version number, version date, "
+                "page (in a PDF; else null) and score. Use fetch with a chunk_id or document_id for more of a document."
             ),
             arguments=SearchArguments,
             run=search_run,
@@ -346,7 +354,7 @@ TOOLS: dict[str, ToolSpec] = {
             title="Ask the knowledge base",
             description=(
                 "Answer a question from the team's documents you may see: a short answer, then an explanation "
-                "whose sentences cite passages as [n], with the citations (document, version, date, text). "
+                "whose sentences cite passages as [n], with the citations (document, version, date, page, text). "
                 "degraded is true when the answer was made without the language model. The answer is kept in "
                 "your conversation: pass its conversation_id as conversation to ask a follow-up."
             ),
@@ -372,6 +380,19 @@ TOOLS: dict[str, ToolSpec] = {
             ),
             arguments=ListSourcesArguments,
             run=list_sources_run,
+        ),
+        ToolSpec(
+            name="attach_file",
+            title="Attach a file to a conversation",
+            description=(
+                "Attach a file of your own (its name with the extension, and its content as base64: PDF, Word, "
+                "PowerPoint, Excel, OpenDocument, EPUB, HTML, Markdown, reST or text) to one of your conversations, "
+                "or to a new one. Then ask with that conversation_id as conversation: the answer searches the "
+                "team's documents and the conversation's files. Only you can find the file, only in that "
+                "conversation; it is deleted with the conversation."
+            ),
+            arguments=AttachFileArguments,
+            run=attach_file_run,
         ),
     )
 }

@@ -4,7 +4,9 @@
 earlier questions as ``history`` (the pipeline's condense step makes a follow-up standalone:
 ``retrieval.stages.rewrite.condense.Condense``), then stores the turn: question, standalone query, answer,
 citations and trace. Without a conversation id it starts a new conversation. Callers ask through
-``people.asking.ask``, which answers a signed-in user through it.
+``people.asking.ask``, which answers a signed-in user through it. A question in a conversation
+also searches the files attached to it (``people.attachments``), and deleting the conversation
+deletes them.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from django.db.models import Max
 from core.errors import PermissionDenied
 from core.memberships import membership_get
 from core.replicas import replica_write_mark
+from people.attachments import conversation_document_ids, conversation_files_delete
 from people.models import Conversation, Turn
 from people.selectors import conversation_get
 from retrieval.pipeline import AnswerRun, pipeline_answer
@@ -46,11 +49,15 @@ def conversation_ask(*, tenant, user, question: str, conversation_id: int | None
             raise PermissionDenied("Viewers do not keep conversations; ask a tenant admin for the member role.")
         return pipeline_answer(tenant=tenant, user=user, question=question, **options)  # answered, not kept
     history: list[str] = []
+    attached: list[int] = []
     if conversation_id is not None:
         conversation = conversation_get(tenant=tenant, user=user, conversation_id=conversation_id)
         recent = conversation.turns.order_by("-order").values_list("question", flat=True)[:HISTORY_TURNS]
         history = list(reversed(recent))
-    run = pipeline_answer(tenant=tenant, user=user, question=question, history=history or None, **options)
+        attached = conversation_document_ids(tenant=tenant, conversation_id=conversation.pk)
+    run = pipeline_answer(
+        tenant=tenant, user=user, question=question, history=history or None, conversation_documents=attached, **options
+    )
     with transaction.atomic():
         if conversation_id is None:
             conversation = Conversation.objects.create(tenant=tenant, user=user, title=run.answer.question[:200])
@@ -87,6 +94,10 @@ def conversation_ask(*, tenant, user, question: str, conversation_id: int | None
 
 
 def conversation_delete(*, tenant, user, conversation_id: int) -> None:
-    """Delete ``user``'s conversation ``conversation_id`` and its turns (their traces stay until
-    pruned). ``NotFound`` if it is not the user's in this tenant."""
-    conversation_get(tenant=tenant, user=user, conversation_id=conversation_id).delete()
+    """Delete ``user``'s conversation ``conversation_id``, its turns (their traces stay until
+    pruned) and its attached files' documents, versions and chunks, in one transaction.
+    ``NotFound`` if it is not the user's in this tenant."""
+    conversation = conversation_get(tenant=tenant, user=user, conversation_id=conversation_id)
+    with transaction.atomic():
+        conversation_files_delete(tenant=tenant, conversation=conversation)
+        conversation.delete()

@@ -215,3 +215,38 @@ class CitationOpen(models.Model):
 
     def __str__(self) -> str:
         return f"[{self.citation}] of trace {self.trace_id} opened {self.opens}x"
+
+
+class ConversationFileQuerySet(TenantScopedQuerySet):
+    def for_conversation(self, tenant, conversation_id: int):
+        """The files attached to conversation ``conversation_id`` of ``tenant``, oldest first."""
+        return self.for_tenant(tenant).filter(conversation_id=conversation_id)
+
+
+class ConversationFile(models.Model):
+    """A file a member attached to their conversation, and the document it became.
+
+    The document (``knowledge.attachments``) is private to the member and searched only when they
+    ask in this conversation (``people.attachments``); it goes with the conversation. ``name`` is
+    the file's name as attached; ``size`` its bytes. Written by
+    ``people.attachments.conversation_file_attach``.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="files")
+    document = models.OneToOneField(Document, on_delete=models.CASCADE, related_name="conversation_file")
+    name = models.CharField(max_length=255)
+    size = models.PositiveBigIntegerField(help_text="Bytes of the file as attached.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = ConversationFileQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [
+            # ``for_conversation``: a conversation's files, for the page, the API and each question asked in it.
+            models.Index(fields=["conversation", "created_at"], name="conversationfile_conv_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name

@@ -13,6 +13,8 @@ from django.urls import reverse
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString
 
+from knowledge.pages import page_label
+from portal.viewer import viewer_url
 from retrieval.stages.generate.citations import sentence_spans
 
 # Same pattern as the one the generate stage writes citations with: "[n]".
@@ -20,10 +22,14 @@ _CITATION = re.compile(r"\[(\d{1,3})\]")
 
 
 def citation_url(citation: dict, *, trace_id: int | None = None) -> str:
-    """The document page of the cited version, scrolled to the cited chunk; through
-    ``citation_open`` (which records the opening for personalization) when the answer has a trace."""
+    """The cited page of the version's original PDF (``portal.viewer``) when the citation has a
+    page, else the document page of the cited version, scrolled to the cited chunk; through
+    ``citation_open`` (which records the opening for personalization, then goes to either) when
+    the answer has a trace."""
     if trace_id:
         return reverse("portal:citation-open", args=[trace_id, citation["n"]])
+    if citation.get("page"):  # the viewer falls back to the document page when no original is kept
+        return viewer_url(citation["document_id"], citation["version"], citation["chunk"])
     path = reverse("portal:document", args=[citation["document_id"]])
     return f"{path}?version={citation['version']}#chunk-{citation['chunk']}"
 
@@ -75,9 +81,17 @@ def answer_context(answer: dict, *, thread: dict | None = None, can_participate:
     """What ``portal/_answer.html`` renders: ``answer`` (``AnswerRun.as_dict()``: its short answer
     shows first), its explanation as escaped HTML with linked ``[n]`` and unsupported sentences
     marked (``answer_html``: ``explanation_html``), its ``citations`` with their ``url`` and
-    the conversation's earlier turns (``thread``, from ``thread_context``); feedback forms show
-    when ``can_participate`` (not for viewers)."""
-    citations = [{**c, "url": citation_url(c, trace_id=answer.get("trace_id"))} for c in answer["citations"]]
+    ``pages`` ("p. 12", "pp. 12-13", or "" for a document without pages) and the conversation's
+    earlier turns (``thread``, from ``thread_context``); feedback forms show when
+    ``can_participate`` (not for viewers)."""
+    citations = [
+        {
+            **c,
+            "url": citation_url(c, trace_id=answer.get("trace_id")),
+            "pages": page_label(c.get("page"), c.get("page_end")),
+        }
+        for c in answer["citations"]
+    ]
     return {
         "thread": thread,
         "can_participate": can_participate,

@@ -22,7 +22,7 @@ class ContentSecurityPolicyMiddleware(CSPMiddleware):
 
     def get_policy_parts(self, request, response, report_only: bool = False) -> PolicyParts:
         parts = super().get_policy_parts(request=request, response=response, report_only=report_only)
-        prefixes = tuple(getattr(settings, "KB_CSP_INLINE_STYLE_PREFIXES", ()))
+        prefixes = tuple(settings.KB_CSP_INLINE_STYLE_PREFIXES)
         if not report_only and prefixes and request.path_info.startswith(prefixes):
             update = dict(parts.update or {})
             update["style-src"] = [*update.get("style-src", []), UNSAFE_INLINE]

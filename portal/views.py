@@ -32,6 +32,7 @@ from core.errors import ApplicationError, NotFound, PermissionDenied
 from core.memberships import membership_choose, membership_for_request
 from core.replicas import replica_reads
 from knowledge.models import SyncRun
+from knowledge.originals import original_path
 from knowledge.selectors import (
     chunk_list_for_version,
     document_get,
@@ -52,6 +53,7 @@ from portal.forms import AskForm, FeedbackForm, ProfileForm, UploadForm
 from portal.responses import partial_or_page
 from portal.service_sources import can_manage_sources, service_syncs_attach
 from portal.uploads import files_upload, job_ids_parse, jobs_context, jobs_url
+from portal.viewer import cited_url
 from retrieval.pipeline import retrieval_filter
 from retrieval.quotas import USAGE_ROLES, QuotaUsage, quota_usage
 from retrieval.streaming import CONTENT_TYPE, HEADERS
@@ -228,16 +230,16 @@ def ask_stream(request, tenant):
 @tenant_required
 def citation_open(request, tenant, trace_id: int, n: int):
     """A citation link of an answer: record that the user opened it (``people.history.citation_open``,
-    read by personalization) and redirect to the cited chunk of the document page. 404 for an
-    answer that is not the user's or a citation it does not have."""
+    read by personalization) and redirect to the cited page of the original PDF when it is kept
+    (``portal.viewer``), else to the cited chunk of the document page. 404 for an answer that is
+    not the user's or a citation it does not have."""
     try:
         opened = history_citation_open(tenant=tenant, user=request.user, trace_id=trace_id, citation=n)
     except NotFound as exc:
         raise Http404(exc.message) from exc
-    url = reverse("portal:document", args=[opened.document_id])
-    if opened.version is not None:
-        url += f"?version={opened.version}#chunk-{opened.chunk}"
-    return redirect(url)
+    return redirect(
+        cited_url(tenant_id=tenant.pk, document_id=opened.document_id, number=opened.version, ordinal=opened.chunk)
+    )
 
 
 @require_POST
@@ -432,6 +434,9 @@ def document_detail(request, tenant, document_id: int):
         old, new = sorted((other.number, version.number))
         diff = version_diff(tenant=tenant, document_id=document.pk, old=old, new=new)
     context = {"document": document, "versions": versions, "version": version, "chunks": list(chunks), "diff": diff}
+    # A chunk's page links to the viewer when the version's original PDF is kept (portal.viewer).
+    kept = original_path(tenant_id=tenant.pk, document_id=document.pk, number=version.number)
+    context["original_kept"] = kept.is_file()
     if diff is None:
         context["walk_graph"] = _walk_graph(tenant, request.user, document.pk)
     if diff is not None:  # htmx asks for the diff only (the version links' hx-get)

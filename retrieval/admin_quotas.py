@@ -13,6 +13,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.utils.html import format_html, format_html_join
 
+from core.admin import SuperuserOnlyAdminMixin
 from core.models import TenantQuota
 from core.quotas import QUOTAS, quota_change_record
 from retrieval.quotas import quota_usage
@@ -23,28 +24,14 @@ def _shown(limit: int | None) -> str:
 
 
 @admin.register(TenantQuota)
-class TenantQuotaAdmin(admin.ModelAdmin):
+class TenantQuotaAdmin(SuperuserOnlyAdminMixin, admin.ModelAdmin):
+    """Superusers only: a tenant admin holding the core app's permissions must not raise their own limits."""
+
     list_display = ["tenant", *[f"limit_{q.name}" for q in QUOTAS], "updated_at"]
     list_select_related = ["tenant"]
     search_fields = ["tenant__slug", "tenant__name"]
     fields = ["tenant", *[q.field for q in QUOTAS], "usage", "updated_at"]
     readonly_fields = ["usage", "updated_at"]
-
-    # Superusers only: a tenant admin holding the core app's permissions must not raise their own limits.
-    def has_module_permission(self, request):
-        return request.user.is_active and request.user.is_superuser
-
-    def has_view_permission(self, request, obj=None):
-        return request.user.is_active and request.user.is_superuser
-
-    def has_add_permission(self, request):
-        return request.user.is_active and request.user.is_superuser
-
-    def has_change_permission(self, request, obj=None):
-        return request.user.is_active and request.user.is_superuser
-
-    def has_delete_permission(self, request, obj=None):
-        return request.user.is_active and request.user.is_superuser
 
     def get_readonly_fields(self, request, obj=None):
         # A quota belongs to its tenant for good: another tenant gets a quota of its own.

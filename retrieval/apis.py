@@ -43,6 +43,17 @@ class ChunkReferenceSerializer(serializers.Serializer):
     version_current = serializers.BooleanField(help_text="False for an older version (as_of).")
     chunk = serializers.IntegerField()
     chunk_id = serializers.IntegerField()
+    page = serializers.IntegerField(
+        allow_null=True,
+        default=None,
+        help_text="The page (1-based) the chunk starts on in a paged document (a PDF; a presentation's slide); "
+        "null for other documents and summaries.",
+    )
+    page_end = serializers.IntegerField(
+        allow_null=True,
+        default=None,
+        help_text="The page the chunk ends on (equal to page on one page); null likewise.",
+    )
     kind = serializers.ChoiceField(
         choices=("body", "summary"), help_text="'summary': the document's summary, not a span of its text."
     )

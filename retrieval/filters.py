@@ -1,8 +1,9 @@
 """The retrieval filter, built once and shared by the lexical and dense retrievers.
 
 A ``RetrievalFilter`` says which chunks a query may see: the tenant's, optionally only those of
-some sources, only current versions (or those current on an ``as_of`` date) and, as later
-features land, only chunks the user's access rules allow. ``chunk_condition`` renders it as one composed SQL condition
+some sources, only current versions (or those current on an ``as_of`` date), only chunks the
+user's access rules allow, and never the files attached to conversations but those of the
+conversation asking (``knowledge.attachments``). ``chunk_condition`` renders it as one composed SQL condition
 (``psycopg.sql``) over a chunk table alias, with named parameters, so both retrievers apply the
 very same rule inside their SQL, before ranking.
 """
@@ -28,10 +29,23 @@ class RetrievalFilter:
     access: Any = None
     # Summaries: False keeps summary chunks out (``Chunk.kind = 'summary'``).
     summaries: bool = True
+    # Files attached to conversations (``knowledge.attachments``): the documents of the conversation
+    # asking (searched even when ``source_ids`` names other sources), and the versions of every
+    # other attached file, hidden (``knowledge.attachments.attached_versions_hidden``).
+    conversation_documents: tuple[int, ...] = field(default=())
+    hidden_versions: tuple[int, ...] = field(default=(), repr=False)
 
     @classmethod
     def for_tenant(
-        cls, tenant, *, source_ids=None, as_of: date | None = None, access=None, summaries: bool = True
+        cls,
+        tenant,
+        *,
+        source_ids=None,
+        as_of: date | None = None,
+        access=None,
+        summaries: bool = True,
+        conversation_documents=(),
+        hidden_versions=(),
     ) -> RetrievalFilter:
         return cls(
             tenant_id=tenant.pk,
@@ -39,6 +53,8 @@ class RetrievalFilter:
             as_of=as_of,
             access=access,
             summaries=summaries,
+            conversation_documents=tuple(sorted(set(conversation_documents))),
+            hidden_versions=tuple(sorted(set(hidden_versions))),
         )
 
     @property
@@ -47,11 +63,23 @@ class RetrievalFilter:
 
         When false, ``posting_condition`` alone is the whole rule (BM25 needs no chunk lookup).
         """
-        return bool(self.source_ids) or self.as_of is not None or self._access_restricts or not self.summaries
+        return (
+            bool(self.source_ids)
+            or self.as_of is not None
+            or self._access_restricts
+            or not self.summaries
+            or bool(self.hidden_versions)
+        )
 
     @property
     def _access_restricts(self) -> bool:
         return self.access is not None and self.access.restricts
+
+    def versions_hidden(self) -> set[int]:
+        """Ids of the versions this query may not see by who asks: those the access rules deny and the
+        other conversations' attached files (for code that shows places outside the SQL, e.g. duplicates)."""
+        denied = set(self.access.denied_versions) if self._access_restricts else set()
+        return denied | set(self.hidden_versions)
 
     def params(self) -> dict:
         """The named parameters ``chunk_condition`` refers to."""
@@ -63,6 +91,10 @@ class RetrievalFilter:
             params["filter_as_of_end"] = datetime.combine(self.as_of + timedelta(days=1), time(), tzinfo=UTC)
         if self._access_restricts:
             params.update(self.access.params())
+        if self.hidden_versions:
+            params["filter_hidden"] = list(self.hidden_versions)
+        if self.conversation_documents and self.source_ids:
+            params["filter_conversation_documents"] = list(self.conversation_documents)
         return params
 
     def chunk_condition(self, alias: str = "c") -> sql.Composed:
@@ -71,14 +103,20 @@ class RetrievalFilter:
         parts = [sql.SQL("{}.tenant_id = %(filter_tenant)s").format(chunk)]
         parts.extend(self._version_parts(chunk))
         parts.extend(self._access_parts(chunk))
+        if self.hidden_versions:
+            parts.append(sql.SQL("{}.version_id <> ALL(%(filter_hidden)s::bigint[])").format(chunk))
         if not self.summaries:
             parts.append(sql.SQL("{}.kind = 'body'").format(chunk))
         if self.source_ids:
+            # The conversation's own files are searched whichever sources are named.
+            attached = " OR fd.id = ANY(%(filter_conversation_documents)s)" if self.conversation_documents else ""
             parts.append(
                 sql.SQL(
                     "{}.version_id IN (SELECT fv.id FROM knowledge_documentversion fv"
                     " JOIN knowledge_document fd ON fd.id = fv.document_id"
-                    " WHERE fd.tenant_id = %(filter_tenant)s AND fd.source_id = ANY(%(filter_sources)s))"
+                    " WHERE fd.tenant_id = %(filter_tenant)s AND (fd.source_id = ANY(%(filter_sources)s)"
+                    + attached
+                    + "))"
                 ).format(chunk)
             )
         return sql.SQL(" AND ").join(parts)
@@ -89,9 +127,10 @@ class RetrievalFilter:
         ``is_current`` columns) must meet: its chunk meets ``chunk_condition``. Without
         narrowing, the posting's own ``is_current`` flag is the rule.
 
-        When access rules are the only narrowing, the cheaper equivalent: the chunk is not one of
-        the denied documents' chunks (found through the chunk's version index, so the cost follows
-        the hidden chunks, not every chunk of the tenant: ``benchmarks/access_latency.py``).
+        When access rules (or other conversations' attached files) are the only narrowing, the
+        cheaper equivalent: the chunk is not one of the denied documents' chunks (found through the
+        chunk's version index, so the cost follows the hidden chunks, not every chunk of the
+        tenant: ``benchmarks/access_latency.py``).
         Excluding summaries the same way: the chunk is not one of the tenant's current summary
         chunks (partial index ``chunk_summary_tenant_idx``; one per document).
         """
@@ -105,6 +144,13 @@ class RetrievalFilter:
                     sql.SQL("{}.chunk_id NOT IN (SELECT dc.id FROM knowledge_chunk dc WHERE {})").format(
                         posting, self.access.denied_condition(sql.Identifier("dc"))
                     )
+                )
+            if self.hidden_versions:
+                parts.append(
+                    sql.SQL(
+                        "{}.chunk_id NOT IN (SELECT hc.id FROM knowledge_chunk hc"
+                        " WHERE hc.version_id = ANY(%(filter_hidden)s::bigint[]))"
+                    ).format(posting)
                 )
             if not self.summaries:
                 parts.append(
@@ -162,4 +208,6 @@ class RetrievalFilter:
             data["access"] = self.access.summary()
         if not self.summaries:
             data["summaries"] = False
-        return data
+        if self.conversation_documents:
+            data["conversation_documents"] = list(self.conversation_documents)
+        return data  # nothing about other conversations' files, not even how many there are

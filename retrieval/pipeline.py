@@ -36,7 +36,7 @@ with the reason. After a malformed or empty reply the next stages may still call
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 
@@ -44,6 +44,7 @@ from django.conf import settings
 
 from core.errors import InvalidInput
 from knowledge.access import access_scope_get
+from knowledge.attachments import attached_versions_hidden
 from llm import Usage, configured_llm, llm_metered
 from retrieval.config import MAX_QUERY_CHARS, MODES, SearchConfig
 from retrieval.filters import RetrievalFilter
@@ -283,16 +284,32 @@ def _summaries_wanted(spec: PipelineSpec, options: dict) -> bool:
 
 
 def retrieval_filter(
-    *, tenant, user=None, source_ids=None, as_of: date | None = None, summaries: bool = True
+    *,
+    tenant,
+    user=None,
+    source_ids=None,
+    as_of: date | None = None,
+    summaries: bool = True,
+    conversation_documents: Sequence[int] = (),
 ) -> RetrievalFilter:
     """The shared retrieval filter for ``user`` asking in ``tenant`` (sources, as-of date, access
-    rules; ``summaries`` false keeps summary chunks out).
+    rules; ``summaries`` false keeps summary chunks out). Files attached to conversations are
+    hidden, but ``conversation_documents`` (the files of the conversation asking:
+    ``people.attachments``), for everyone, operators included (``knowledge.attachments``).
 
     ``user`` ``None`` applies no access rules (operators, evaluations); a user who is not a member
     of ``tenant`` gets ``PermissionDenied`` (``knowledge.access.access_scope_get``).
     """
     access = access_scope_get(tenant=tenant, user=user)
-    return RetrievalFilter.for_tenant(tenant, source_ids=source_ids, as_of=as_of, access=access, summaries=summaries)
+    return RetrievalFilter.for_tenant(
+        tenant,
+        source_ids=source_ids,
+        as_of=as_of,
+        access=access,
+        summaries=summaries,
+        conversation_documents=conversation_documents,
+        hidden_versions=attached_versions_hidden(tenant=tenant, keep=conversation_documents),
+    )
 
 
 def _llm_for(llm, use_llm: bool):
@@ -318,7 +335,16 @@ SCOPE_STEP = "scope"
 
 
 def _state_new(
-    *, started: float, tenant, spec: PipelineSpec, user, source_ids, as_of, options: dict | None, **fields
+    *,
+    started: float,
+    tenant,
+    spec: PipelineSpec,
+    user,
+    source_ids,
+    as_of,
+    options: dict | None,
+    conversation_documents: Sequence[int] = (),
+    **fields,
 ) -> RunState:
     """A run's ``RunState``, timed from ``started`` (``time.perf_counter()`` when the pipeline was
     called): the request's options checked, its retrieval filter built (access rules of ``user``,
@@ -330,7 +356,12 @@ def _state_new(
     """
     options = _options(options)
     where = retrieval_filter(
-        tenant=tenant, user=user, source_ids=source_ids, as_of=as_of, summaries=_summaries_wanted(spec, options)
+        tenant=tenant,
+        user=user,
+        source_ids=source_ids,
+        as_of=as_of,
+        summaries=_summaries_wanted(spec, options),
+        conversation_documents=conversation_documents,
     )
     state = RunState(tenant=tenant, spec=spec, where=where, user=user, options=options, started=started, **fields)
     state.step_add(
@@ -424,6 +455,7 @@ def pipeline_answer(
     as_of: date | None = None,
     options: dict | None = None,
     walk=None,
+    conversation_documents: Sequence[int] = (),
 ) -> AnswerRun:
     """Answer ``question`` from the tenant's documents with numbered citations, through a pipeline.
 
@@ -437,7 +469,9 @@ def pipeline_answer(
     ``on_event(event, data)``, when given, is called as the run goes: ``"step"`` after each stage
     (``{"stage", "ms", "summary", "error"?}``) and ``"token"`` for each piece of a streamed LLM
     answer (``{"text"}``); the LLM answer is then streamed. ``as_of`` and ``options`` as in ``pipeline_retrieve``. ``walk``: the
-    ``retrieval.walks.recorder.WalkRecorder`` of a steered walk (WalkingRAG). ``InvalidInput`` for bad
+    ``retrieval.walks.recorder.WalkRecorder`` of a steered walk (WalkingRAG).
+    ``conversation_documents``: the files attached to the conversation asking, searched with the
+    tenant's documents (every other attached file stays hidden). ``InvalidInput`` for bad
     arguments. Every LLM call of the run counts against the tenant's daily LLM tokens, traced or
     not (``trace=False``, e.g. evaluations: recorded as ``answer`` usage instead of on a trace).
     """
@@ -474,6 +508,7 @@ def pipeline_answer(
         answering=True,
         reverse_pack=reverse_pack,
         walk=walk,
+        conversation_documents=conversation_documents,
     )
     if over_quota is not None:
         state.reasons.append(f"{over_quota.code}: {over_quota.message}")

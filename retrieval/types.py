@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from knowledge.pages import chunk_pages
 from llm import Usage
 
 Ranking = list[tuple[int, float]]  # (chunk id, score), best first
@@ -76,7 +77,9 @@ class SearchResult:
     """One ranked chunk with its fused score and each retriever's score and rank (1-based).
 
     ``chunk`` is a ``knowledge.Chunk`` with its version, document and source loaded; its ``kind``
-    ("body" or "summary": the document's summary, ``docs/summaries.md``) is in ``as_dict``.
+    ("body" or "summary": the document's summary, ``docs/summaries.md``) is in ``as_dict``, with
+    ``page`` and ``page_end``, the pages it starts and ends on in a paged document (1-based;
+    ``None`` for other documents: ``knowledge.pages``).
     """
 
     chunk: Any
@@ -116,6 +119,7 @@ class SearchResult:
             **_version_fields(version),
             "chunk": self.chunk.ordinal,
             "chunk_id": self.chunk.pk,
+            **chunk_pages(self.chunk),  # page, page_end: 1-based, None without pages
             "kind": self.chunk.kind,
             "heading": self.chunk.heading,
             "score": round(self.score, 6),
@@ -162,7 +166,8 @@ class Passage:
 class Citation:
     """A numbered reference ``[n]`` to the passage (chunk and version) a claim comes from.
 
-    ``kind`` in ``as_dict`` says whether the passage is the document's summary ("summary") or its text ("body").
+    ``kind`` in ``as_dict`` says whether the passage is the document's summary ("summary") or its text ("body");
+    ``page`` and ``page_end`` are the cited chunk's pages in a paged document (``None`` otherwise).
     """
 
     n: int
@@ -181,6 +186,7 @@ class Citation:
             **_version_fields(self.passage.version),
             "chunk": chunk.ordinal,
             "chunk_id": chunk.pk,
+            **chunk_pages(chunk),  # the cited chunk's page and page_end (None without pages)
             "kind": chunk.kind,
             "score": round(self.passage.score, 6),
             "text": self.passage.text,

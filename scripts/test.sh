@@ -7,6 +7,9 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 # Debian's chromium for the browser test (Playwright drives it; it never downloads browsers).
 command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium; } \
   || echo "chromium could not be installed: the browser test will be skipped." >&2
+# Debian's Tesseract, the default OCR engine (KB_OCR_ENGINE) of scanned pages and pictures.
+command -v tesseract >/dev/null || { apt-get update -qq && apt-get install -y -qq tesseract-ocr; } \
+  || echo "tesseract-ocr could not be installed: the OCR tests will fail." >&2
 .venv/bin/ruff check . \
   || { echo "ruff found problems: run .venv/bin/ruff check --fix . (and fix the rest by hand)." >&2; exit 1; }
 .venv/bin/ruff format --check . \

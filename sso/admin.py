@@ -11,26 +11,10 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin
 
+from core.admin import SuperuserOnlyAdminMixin
 from core.errors import InvalidInput
 from sso.models import Identity, TenantSso
 from sso.services import EDITABLE, tenant_sso_check, tenant_sso_remove, tenant_sso_save
-
-
-class SuperuserOnlyMixin:
-    def has_module_permission(self, request):
-        return request.user.is_active and request.user.is_superuser
-
-    def has_view_permission(self, request, obj=None):
-        return request.user.is_active and request.user.is_superuser
-
-    def has_add_permission(self, request, obj=None):
-        return request.user.is_active and request.user.is_superuser
-
-    def has_change_permission(self, request, obj=None):
-        return request.user.is_active and request.user.is_superuser
-
-    def has_delete_permission(self, request, obj=None):
-        return request.user.is_active and request.user.is_superuser
 
 
 class TenantSsoForm(forms.ModelForm):
@@ -62,7 +46,7 @@ class TenantSsoForm(forms.ModelForm):
 
 
 @admin.register(TenantSso)
-class TenantSsoAdmin(SuperuserOnlyMixin, admin.ModelAdmin):
+class TenantSsoAdmin(SuperuserOnlyAdminMixin, admin.ModelAdmin):
     form = TenantSsoForm
     list_display = ["tenant", "name", "provider", "enabled", "create_memberships", "updated_at"]
     list_select_related = ["tenant"]
@@ -116,7 +100,7 @@ class TenantSsoAdmin(SuperuserOnlyMixin, admin.ModelAdmin):
 
 
 @admin.register(Identity)
-class IdentityAdmin(SuperuserOnlyMixin, admin.ModelAdmin):
+class IdentityAdmin(SuperuserOnlyAdminMixin, admin.ModelAdmin):
     """Which provider account signs in as which user, and through which tenant's provider (none:
     the installation's); deleting a row unlinks it (the next sign-in links again by verified
     email, or makes a new account where allowed)."""

@@ -147,15 +147,15 @@ def _shown_name(name: str, issuer: str) -> str:
 
 def installation_provider() -> Provider | None:
     """The installation's provider from ``KB_OIDC_*``, or ``None`` when ``KB_OIDC_ISSUER`` is unset."""
-    issuer = issuer_normalize(getattr(settings, "KB_OIDC_ISSUER", ""))
+    issuer = issuer_normalize(settings.KB_OIDC_ISSUER)
     if not issuer:
         return None
     return Provider(
-        name=_shown_name(getattr(settings, "KB_OIDC_NAME", ""), issuer),
+        name=_shown_name(settings.KB_OIDC_NAME, issuer),
         issuer=issuer,
         client_id=settings.KB_OIDC_CLIENT_ID,
         client_secret=settings.KB_OIDC_CLIENT_SECRET,
-        scopes=getattr(settings, "KB_OIDC_SCOPES", "") or "openid email profile",
+        scopes=settings.KB_OIDC_SCOPES,
         guarded=False,
     )
 
@@ -163,9 +163,9 @@ def installation_provider() -> Provider | None:
 def installation_settings_check() -> None:
     """``ImproperlyConfigured`` naming the variable when ``KB_OIDC_*`` is half set or unusable: an
     issuer without a client id or secret (or the reverse), a bad issuer URL, scopes without openid."""
-    issuer = issuer_normalize(getattr(settings, "KB_OIDC_ISSUER", ""))
-    client_id = getattr(settings, "KB_OIDC_CLIENT_ID", "")
-    secret = getattr(settings, "KB_OIDC_CLIENT_SECRET", "")
+    issuer = issuer_normalize(settings.KB_OIDC_ISSUER)
+    client_id = settings.KB_OIDC_CLIENT_ID
+    secret = settings.KB_OIDC_CLIENT_SECRET
     if not issuer:
         if client_id or secret:
             raise ImproperlyConfigured("KB_OIDC_CLIENT_ID or KB_OIDC_CLIENT_SECRET is set but KB_OIDC_ISSUER is not.")
@@ -175,7 +175,7 @@ def installation_settings_check() -> None:
         raise ImproperlyConfigured(f"KB_OIDC_ISSUER: {problem}")
     if not client_id or not secret:
         raise ImproperlyConfigured("KB_OIDC_ISSUER is set: KB_OIDC_CLIENT_ID and KB_OIDC_CLIENT_SECRET must be too.")
-    problem = scopes_problem(getattr(settings, "KB_OIDC_SCOPES", "") or "openid")
+    problem = scopes_problem(settings.KB_OIDC_SCOPES)
     if problem:
         raise ImproperlyConfigured(f"KB_OIDC_SCOPES: {problem}")
 

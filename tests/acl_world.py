@@ -28,17 +28,21 @@ class TenantWorld:
     # Documents synced from a service with the permissions it gave (``synced_documents``): key -> who
     # may see it besides the owner and admins ("*": every member).
     synced: dict[str, set[str]] = field(default_factory=dict)
+    # Who attached the file ``attached`` to a conversation of theirs (``attached_document``): theirs alone.
+    attached_by: str = ""
 
     def visible_keys(self, who: str) -> set[str]:
         """Which of this tenant's documents the user ``who`` may see."""
+        own = {"attached"} if who == self.attached_by else set()
         if who in ("owner", "admin"):
-            return {"public", "board", "private", *self.synced}
+            return {"public", "board", "private", *self.synced} | own
         synced = {key for key, readers in self.synced.items() if who in readers or "*" in readers}
         return (
             {"public"}
             | ({"board"} if who == "board" else set())
             | ({"private"} if who == "granted" else set())
             | synced
+            | own
         )
 
 
@@ -90,6 +94,23 @@ def synced_documents(world: TenantWorld, service, rng, *, count: int = 3) -> Non
     for key in world.synced:
         world.documents[key] = Document.objects.get(tenant=world.tenant, source=source, sync_key=key)
     world.sources["team-chat"] = source
+
+
+def attached_document(world: TenantWorld, who: str = "member") -> None:
+    """A file ``who`` attaches to a new conversation of theirs (``people.attachments``): no one else
+    may see it, not even the owner and admins. Adds it to ``world.documents`` as ``attached``."""
+    from people.attachments import conversation_file_attach
+
+    marker = f"attzq{world.tenant.slug.replace('-', '')}"
+    text = (
+        f"# Attached {marker}\n\nThe attached note {marker}.md: patch the bicycle tyre puncture with glue and a "
+        f"rubber patch, then inflate the tube. Remember {marker} when the tyre goes flat again.\n"
+    )
+    attached = conversation_file_attach(
+        tenant=world.tenant, user=world.users[who], file_name=f"{marker}.md", data=text.encode()
+    )
+    world.documents["attached"] = attached.document
+    world.attached_by = who
 
 
 def _doc(slug: str, key: str, marker: str, topic: str) -> ReadDocument:

@@ -26,7 +26,9 @@ class ReadDocument:
     """A document as read from a file, before storage.
 
     ``text`` is normalized (NFC, ``\\n`` line ends, no trailing spaces, at most one blank line);
-    ``sections`` are in ascending ``start`` order.
+    ``sections`` are in ascending ``start`` order. ``original`` holds the file's bytes when the
+    document is kept as it was made, to be shown (a PDF: ``knowledge.services.originals``), else
+    ``None``.
     """
 
     external_id: str
@@ -36,6 +38,7 @@ class ReadDocument:
     published_at: datetime | None = None
     metadata: dict = field(default_factory=dict)
     sections: list[Section] = field(default_factory=list)
+    original: bytes | None = field(default=None, repr=False, compare=False)
 
 
 # UAX #15's Stream-Safe Text Format: at most 30 non-starters (characters of a non-zero canonical

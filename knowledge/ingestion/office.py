@@ -1,9 +1,10 @@
 """Office and e-book readers: .docx (python-docx), .pptx (python-pptx), .xlsx (openpyxl), .odt
-(odfpy) and .epub (ebooklib and BeautifulSoup), called by ``readers.read_bytes``.
+(odfpy) and .epub (``knowledge.ingestion.epub``), called by ``readers.read_bytes``.
 
-Each format becomes a list of blocks, headings and text, in reading order; the blocks are
-joined by blank lines, normalized with ``normalize_text`` and the headings located in the result
-(``locate_sections``), as the Markdown and reST readers do. What becomes a heading:
+Each format becomes a list of blocks, headings and text, in reading order
+(``knowledge.ingestion.office_blocks``); the blocks are normalized and joined by blank lines, and
+the headings' sections (and a .pptx's pages) are their offsets in the result. What becomes a
+heading:
 
 * .docx: paragraphs styled "Title" or "Heading 1" to "Heading 9";
 * .pptx: each slide, as "Slide 3: <its title>" ("Slide 3" when it has none);
@@ -12,8 +13,26 @@ joined by blank lines, normalized with ``normalize_text`` and the headings locat
 * .epub: each chapter (its table-of-contents entry when it does not open with a heading) and
   its ``h1``-``h6``.
 
-Tables become one line per row, cells joined by " | "; fully empty rows are left out. The
-title is the document's own (core properties, EPUB or ODF metadata), else the first heading
+Tables become Markdown tables (``knowledge.ingestion.tables``): the first row is the header, one
+line per row; rows and columns without text are left out, and a table of one column is read as
+lines of text. A .docx table's caption is the paragraph styled "Caption" right before it (else
+right after it); an .odt table's, the paragraph with a "Table" number sequence next to it; an
+HTML or EPUB table's, its ``<caption>``. Merged cells: a value spanning rows is repeated in each
+row (so a row read alone still has it), the other columns a value spans are left empty; in .xlsx
+merged cells are left empty (openpyxl's streaming mode does not know them). A table nested in a
+cell is flattened into that cell's text.
+
+Pictures in .docx (in paragraphs), .pptx (picture shapes, groups too) and .odt (frames) are read
+with OCR and kept where they stand as ``[Image: <text>]`` (``knowledge.ingestion.office_images``:
+icons skipped, at most ``KB_OCR_MAX_PAGES`` per document, counted in ``metadata["ocr_images"]``
+and ``["ocr_images_skipped"]``). Pictures inside table cells, headers and footers are not read.
+
+A .pptx is paged: its slides are its pages, ``metadata["pages"]`` (all slides) and
+``["page_starts"]`` (where each slide's text starts; a slide without text starts where the next
+one does), and ``["ocr_pages"]``/``["ocr_skipped"]`` name the slides whose pictures were read or
+left over the budget.
+
+The title is the document's own (core properties, EPUB or ODF metadata), else the first heading
 (the first slide's title for .pptx), else the file name without its suffix; a workbook's sheet
 names are not taken for its title.
 
@@ -45,15 +64,19 @@ import re
 import warnings
 import zipfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import date, datetime, time
 from pathlib import Path
 
 from django.conf import settings
 
-from core.errors import InvalidInput
+from core.errors import ApplicationError, InvalidInput
 from core.uploads import size_text
-from knowledge.ingestion.documents import ReadDocument, locate_sections, normalize_text
+from knowledge.ingestion.documents import ReadDocument
+from knowledge.ingestion.epub import read_epub
+from knowledge.ingestion.odt import read_odt
+from knowledge.ingestion.office_blocks import Block, Blocks, Parsed, document_from, first_heading, line
+from knowledge.ingestion.office_images import ImageReader
+from knowledge.ingestion.tables import markdown_table
 
 logger = logging.getLogger(__name__)
 
@@ -71,10 +94,10 @@ RATIO_EXEMPT_BYTES = 2**20
 _MAX_XML_READ = 4 * 2**20
 # What each reader imports (``readers`` loads them before forking its sandbox).
 OFFICE_READER_MODULES = {
-    ".docx": ("docx",),
-    ".pptx": ("pptx",),
+    ".docx": ("docx", "PIL.Image"),
+    ".pptx": ("pptx", "PIL.Image"),
     ".xlsx": ("openpyxl",),
-    ".odt": ("odf.opendocument", "odf.teletype", "odf.dc"),
+    ".odt": ("odf.opendocument", "odf.dc", "PIL.Image"),
     ".epub": ("ebooklib.epub", "bs4"),
 }
 
@@ -86,80 +109,31 @@ _KINDS = {
     ".epub": "EPUB book",
 }
 _OLD_BINARY = {".docx": ".doc", ".pptx": ".ppt", ".xlsx": ".xls"}
-# Titles that programs write for every file: not worth more than the file name.
-_PLACEHOLDER_TITLES = {"powerpoint presentation", "presentation", "document", "untitled"}
-
-
-@dataclass
-class Block:
-    """A heading or a piece of text, in reading order."""
-
-    text: str
-    heading: bool = False
-
-
-class _Blocks(list):
-    """The blocks of a document, counting their characters as they come: ``document_too_large``
-    as soon as they pass ``limit`` (``KB_PARSE_MAX_CHARS``)."""
-
-    def __init__(self, *, name: str, limit: int):
-        super().__init__()
-        self.name, self.limit, self.chars = name, limit, 0
-
-    def check(self, pending: int) -> None:
-        """Raise ``document_too_large`` if the blocks so far and ``pending`` more characters pass the limit."""
-        if self.chars + pending > self.limit:
-            raise InvalidInput(
-                f"{self.name}: the file holds more than {self.limit:,} characters of text, the limit; "
-                "split it into smaller files.",
-                code="document_too_large",
-            )
-
-    def _count(self, blocks) -> list[Block]:
-        blocks = list(blocks)
-        added = sum(len(block.text) for block in blocks)
-        self.check(added)
-        self.chars += added
-        return blocks
-
-    def append(self, block: Block) -> None:
-        super().extend(self._count([block]))
-
-    def insert(self, index: int, block: Block) -> None:
-        super().insert(index, *self._count([block]))
-
-    def extend(self, blocks) -> None:
-        super().extend(self._count(blocks))
-
-    def __iadd__(self, blocks):
-        self.extend(blocks)
-        return self
 
 
 def read_office(data: bytes, *, name: str, external_id: str, uri: str) -> ReadDocument:
     """Read a .docx, .pptx, .xlsx, .odt or .epub file ``name`` from ``data``.
 
     Returns one ``ReadDocument`` (its text may be empty: ``read_bytes`` refuses that). Raises
-    ``InvalidInput`` for an empty, damaged, encrypted or mislabelled file, naming it.
+    ``InvalidInput`` for an empty, damaged, encrypted or mislabelled file, naming it; the OCR's
+    own errors (``OcrDeferred``, a timeout) go through.
     """
     suffix = Path(name).suffix.lower()
     office_check(data, name=name)
     reader = _READERS[suffix]
-    blocks = _Blocks(name=name, limit=settings.KB_PARSE_MAX_CHARS)
+    blocks = Blocks(name=name, limit=settings.KB_PARSE_MAX_CHARS)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # libraries warn about odd but readable files
-            meta_title, first_heading = reader(data, blocks)
-    except InvalidInput:
+            parsed = reader(data, blocks, ImageReader(name=name))
+    except ApplicationError:
         raise
     except MemoryError:
         raise
     except Exception:  # each library has its own zoo of errors for a bad file
         logger.info("Could not read %s as %s", name, _KINDS[suffix], exc_info=True)
         raise _invalid(name, suffix) from None
-    return _document(
-        blocks, meta_title=meta_title, first_heading=first_heading, name=name, external_id=external_id, uri=uri
-    )
+    return document_from(blocks, parsed, name=name, external_id=external_id, uri=uri)
 
 
 def office_check(data: bytes, *, name: str) -> None:
@@ -268,125 +242,195 @@ def _xml(archive: zipfile.ZipFile, member: str):
     return fromstring(data)
 
 
-def _document(
-    blocks: list[Block], *, meta_title: str, first_heading: str, name: str, external_id: str, uri: str
-) -> ReadDocument:
-    """Join the blocks into the normalized text and locate their headings in it."""
-    text = normalize_text("\n\n".join(block.text for block in blocks if block.text))
-    headings = [block.text for block in blocks if block.heading and block.text]
-    meta_title = _line(meta_title or "")
-    if meta_title.lower() in _PLACEHOLDER_TITLES:
-        meta_title = ""
-    title = meta_title or first_heading or Path(name).stem
-    return ReadDocument(
-        external_id=external_id,
-        uri=uri,
-        title=title[:500],
-        text=text,
-        sections=locate_sections(text, headings, whole_lines=True),
-    )
+# Each reader fills the blocks it is given, OCRs pictures with the image reader, and says what
+# else it found.
+Reader = Callable[[bytes, Blocks, ImageReader], Parsed]
+
+_W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
+_R = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"
+_BLIP = "{http://schemas.openxmlformats.org/drawingml/2006/main}blip"
+_VML_IMAGE = "{urn:schemas-microsoft-com:vml}imagedata"
+_DOC_PR = "{http://schemas.openxmlformats.org/drawingml/2006/wordprocessingDrawing}docPr"
+_FALLBACK = "{http://schemas.openxmlformats.org/markup-compatibility/2006}Fallback"
 
 
-def _line(text: str) -> str:
-    """``text`` on one line: runs of whitespace become one space, normalized like the document text."""
-    return normalize_text(" ".join(str(text).split()))
-
-
-def _row(cells: list[str]) -> str:
-    """A row of one-line cells as one line, joined by " | " without trailing empty cells."""
-    cells = list(cells)
-    while cells and not cells[-1]:
-        cells.pop()
-    return " | ".join(cells)
-
-
-def _table(rows: list[list[str]]) -> Block:
-    """A table as one block: a line per row that has any text, leading empty columns left out."""
-    # Whitespace only: the whole text is normalized afterwards (normalizing every cell is slow).
-    rows = [[" ".join(str(cell).split()) for cell in row] for row in rows]
-    rows = [row for row in rows if any(row)]
-    first = min((next(i for i, cell in enumerate(row) if cell) for row in rows), default=0)
-    return Block("\n".join(_row(row[first:]) for row in rows))
-
-
-# Each reader fills the blocks it is given and returns (metadata title, first heading for the title).
-Parsed = tuple[str, str]
-
-
-def _read_docx(data: bytes, blocks: _Blocks) -> Parsed:
+def _read_docx(data: bytes, blocks: Blocks, images: ImageReader) -> Parsed:
     import docx
     from docx.table import Table
 
     document = docx.Document(io.BytesIO(data))
     # Style id -> name: ``paragraph.style`` searches the style sheet on every call.
     style_names: dict[str | None, str] = {}
-    for item in document.iter_inner_content():
+
+    def style(item) -> str:
         if isinstance(item, Table):
-            blocks.append(_docx_table(item))
-            continue
-        style_id = item._p.style
-        if style_id not in style_names:
-            style_names[style_id] = (item.style.name if item.style is not None else "") or ""
-        style = style_names[style_id]
-        if style == "Title" or re.fullmatch(r"Heading [1-9]", style):
-            blocks.append(Block(_line(item.text), heading=True))
+            return ""
+        if item._p.style not in style_names:
+            style_names[item._p.style] = (item.style.name if item.style is not None else "") or ""
+        return style_names[item._p.style]
+
+    items = list(document.iter_inner_content())
+    captions = _docx_captions(items, [style(item) for item in items])
+    caption_indexes = set(captions.values())
+    for index, item in enumerate(items):
+        if index in caption_indexes:
+            continue  # a table's caption, written with its table
+        if isinstance(item, Table):
+            caption = items[captions[index]].text if index in captions else ""
+            blocks.append(Block(markdown_table(_docx_rows(item), caption=caption)))
+        elif style(item) == "Title" or re.fullmatch(r"Heading [1-9]", style(item)):
+            blocks.append(Block(line(item.text), heading=True))
         else:
             blocks.append(Block(item.text))
-    first_heading = next((block.text for block in blocks if block.heading and block.text), "")
-    return document.core_properties.title or "", first_heading
+            blocks.extend(_docx_pictures(item, document.part, images))
+    return Parsed(document.core_properties.title or "", first_heading(blocks), metadata=images.metadata())
 
 
-def _docx_table(table) -> Block:
+def _docx_captions(items: list, styles: list[str]) -> dict[int, int]:
+    """Table index -> the index of its caption: the paragraph styled "Caption" right before it,
+    else right after it."""
+    from docx.table import Table
+
+    captions: dict[int, int] = {}
+    taken: set[int] = set()
+    for index, item in enumerate(items):
+        if not isinstance(item, Table):
+            continue
+        for candidate in (index - 1, index + 1):
+            if 0 <= candidate < len(items) and styles[candidate] == "Caption" and candidate not in taken:
+                captions[index] = candidate
+                taken.add(candidate)
+                break
+    return captions
+
+
+def _docx_rows(table) -> list[list[str]]:
+    """A table's rows of cell texts on the layout grid: a cell spanning columns comes once (the
+    columns it spans are empty), one spanning rows in each row (python-docx gives it so)."""
     rows = []
     for row in table.rows:
-        cells, seen = [], set()
-        for cell in row.cells:  # a merged cell comes once per grid column it spans
-            if id(cell._tc) not in seen:
-                seen.add(id(cell._tc))
-                cells.append(cell.text)
+        cells = [""] * row.grid_cols_before
+        previous = None
+        for cell in row.cells:  # a cell spanning columns comes once per grid column
+            cells.append("" if cell._tc is previous else _docx_cell_text(cell))
+            previous = cell._tc
         rows.append(cells)
-    return _table(rows)
+    return rows
 
 
-def _read_pptx(data: bytes, blocks: _Blocks) -> Parsed:
+def _docx_cell_text(cell) -> str:
+    """A cell's paragraphs and the cells of tables nested in it, in order, as one text."""
+    from docx.table import Table
+
+    parts = []
+    for item in cell.iter_inner_content():
+        if isinstance(item, Table):
+            parts.extend(text for row in _docx_rows(item) for text in row if text)
+        else:
+            parts.append(item.text)
+    return " ".join(parts)
+
+
+def _docx_pictures(paragraph, part, images: ImageReader) -> list[Block]:
+    """The blocks of the pictures in a paragraph (DrawingML, and VML in older files), in order."""
+    blocks, seen = [], set()
+    for element in paragraph._p.iter(_BLIP, _VML_IMAGE):
+        if any(ancestor.tag == _FALLBACK for ancestor in element.iterancestors()):
+            continue  # the same picture, for programs that do not read the preferred form
+        key = element.get(f"{{{_R}}}embed") if element.tag == _BLIP else element.get(f"{{{_R}}}id")
+        related = part.related_parts.get(key) if key else None
+        if key in seen or related is None:
+            continue
+        seen.add(key)
+        text = images.text(getattr(related, "blob", None), alt=_docx_alt(element))
+        if text:
+            blocks.append(Block(text))
+    return blocks
+
+
+def _docx_alt(element) -> str:
+    """The alternative text of a picture: its drawing's ``descr`` (or a VML shape's ``alt``)."""
+    for ancestor in element.iterancestors():
+        if ancestor.tag == f"{{{_W}}}p":
+            break
+        properties = ancestor.find(_DOC_PR)
+        if properties is not None:
+            return properties.get("descr", "") or properties.get("title", "")
+        if ancestor.get("alt"):
+            return ancestor.get("alt")
+    return ""
+
+
+def _read_pptx(data: bytes, blocks: Blocks, images: ImageReader) -> Parsed:
     from pptx import Presentation
 
     presentation = Presentation(io.BytesIO(data))
     first_title = ""
-    for number, slide in enumerate(presentation.slides, start=1):
+    slides = list(presentation.slides)
+    for number, slide in enumerate(slides, start=1):
         title_shape = slide.shapes.title
-        title = _line(title_shape.text_frame.text) if title_shape is not None and title_shape.has_text_frame else ""
+        title = line(title_shape.text_frame.text) if title_shape is not None and title_shape.has_text_frame else ""
         body: list[Block] = []
         for shape in slide.shapes:
             if title_shape is None or shape.shape_id != title_shape.shape_id:
-                body.extend(_pptx_shape(shape))
+                body.extend(_pptx_shape(shape, images, number))
         if slide.has_notes_slide and slide.notes_slide.notes_text_frame is not None:
-            body.append(Block(_pptx_text(slide.notes_slide.notes_text_frame)))
+            body.append(Block(_pptx_text(slide.notes_slide.notes_text_frame), page=number))
         if not title and not any(block.text.strip() for block in body):
             continue  # a slide without text adds nothing to search
         first_title = first_title or title
-        blocks.append(Block(f"Slide {number}: {title}" if title else f"Slide {number}", heading=True))
+        blocks.append(Block(f"Slide {number}: {title}" if title else f"Slide {number}", heading=True, page=number))
         blocks.extend(body)
-    return presentation.core_properties.title or "", first_title
+    return Parsed(
+        presentation.core_properties.title or "", first_title, pages=len(slides), metadata=images.metadata(paged=True)
+    )
 
 
-def _pptx_shape(shape) -> list[Block]:
+def _pptx_shape(shape, images: ImageReader, page: int) -> list[Block]:
     from pptx.shapes.group import GroupShape
+    from pptx.shapes.picture import Picture
 
     if isinstance(shape, GroupShape):
-        return [block for child in shape.shapes for block in _pptx_shape(child)]
+        return [block for child in shape.shapes for block in _pptx_shape(child, images, page)]
+    if isinstance(shape, Picture):
+        try:
+            blob = shape.image.blob
+        except Exception:  # a linked picture, or one whose part is missing
+            blob = None
+        text = images.text(blob, alt=shape._element._nvXxPr.cNvPr.get("descr", ""), page=page)
+        return [Block(text, page=page)] if text else []
     if shape.has_table:
-        return [_table([[cell.text for cell in row.cells if not cell.is_spanned] for row in shape.table.rows])]
+        return [Block(markdown_table(_pptx_rows(shape.table)), page=page)]
     if shape.has_text_frame:
-        return [Block(_pptx_text(shape.text_frame))]
+        return [Block(_pptx_text(shape.text_frame), page=page)]
     return []
+
+
+def _pptx_rows(table) -> list[list[str]]:
+    """A table's rows of cell texts: a merged cell's value in each row it spans (in its first
+    column), its other columns empty."""
+    repeated: dict[tuple[int, int], str] = {}
+    rows = []
+    for r, row in enumerate(table.rows):
+        cells = []
+        for c, cell in enumerate(row.cells):
+            if cell.is_spanned:
+                cells.append(repeated.get((r, c), ""))
+                continue
+            cells.append(cell.text)
+            if cell.is_merge_origin:
+                repeated.update({(r + k, c): cell.text for k in range(1, cell.span_height)})
+        rows.append(cells)
+    return rows
 
 
 def _pptx_text(frame) -> str:
     return frame.text.replace("\v", "\n")  # python-pptx gives a line break as a vertical tab
 
 
-def _read_xlsx(data: bytes, blocks: _Blocks) -> Parsed:
+def _read_xlsx(data: bytes, blocks: Blocks, images: ImageReader) -> Parsed:
+    """Each sheet with rows: its name as a heading, its rows as a Markdown table (the first row
+    the header). Pictures are not read (``images`` is not used)."""
     import openpyxl
 
     workbook = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
@@ -398,10 +442,10 @@ def _read_xlsx(data: bytes, blocks: _Blocks) -> Parsed:
                 rows.append([_cell_text(value) for value in row])
                 pending += sum(len(cell) for cell in rows[-1])
                 blocks.check(pending)
-            table = _table(rows)
-            if table.text:
-                blocks += [Block(_line(sheet.title), heading=True), table]
-        return workbook.properties.title or "", ""
+            table = markdown_table(rows)
+            if table:
+                blocks += [Block(line(sheet.title), heading=True), Block(table)]
+        return Parsed(workbook.properties.title or "", "")
     finally:
         workbook.close()
 
@@ -423,186 +467,10 @@ def _cell_text(value) -> str:
     return str(value)
 
 
-def _read_odt(data: bytes, blocks: _Blocks) -> Parsed:
-    from odf import dc, teletype
-    from odf.opendocument import load
-
-    document = load(io.BytesIO(data))
-    if not document.mimetype.startswith("application/vnd.oasis.opendocument.text"):
-        raise ValueError(f"not a text document: {document.mimetype}")
-    _odt_blocks(document.text, blocks)
-    titles = document.meta.getElementsByType(dc.Title)
-    meta_title = teletype.extractText(titles[0]) if titles else ""
-    first_heading = next((block.text for block in blocks if block.heading and block.text), "")
-    return meta_title, first_heading
-
-
-_TEXT_NS = "urn:oasis:names:tc:opendocument:xmlns:text:1.0"
-_TABLE_NS = "urn:oasis:names:tc:opendocument:xmlns:table:1.0"
-# Declarations and change records, not text of the document.
-_ODT_SKIPPED = {
-    (_TEXT_NS, "tracked-changes"),
-    (_TEXT_NS, "sequence-decls"),
-    (_TEXT_NS, "variable-decls"),
-    (_TEXT_NS, "user-field-decls"),
-    ("urn:oasis:names:tc:opendocument:xmlns:office:1.0", "forms"),
-}
-
-
-def _odt_blocks(element, blocks: list[Block]) -> None:
-    from odf import teletype
-
-    for child in element.childNodes:
-        if child.nodeType != child.ELEMENT_NODE or child.qname in _ODT_SKIPPED:
-            continue
-        if child.qname == (_TEXT_NS, "h"):
-            blocks.append(Block(_line(teletype.extractText(child)), heading=True))
-        elif child.qname == (_TEXT_NS, "p"):
-            blocks.append(Block(teletype.extractText(child)))
-        elif child.qname == (_TABLE_NS, "table"):
-            blocks.append(_table([_odt_cells(row) for row in _odt_rows(child)]))
-        else:  # lists, list items, sections: their paragraphs count
-            _odt_blocks(child, blocks)
-
-
-def _odt_rows(element):
-    """The table's rows, inside header-row and row groups too, but not those of nested tables."""
-    for child in element.childNodes:
-        if child.nodeType != child.ELEMENT_NODE:
-            continue
-        if child.qname == (_TABLE_NS, "table-row"):
-            yield child
-        elif child.qname in {
-            (_TABLE_NS, "table-header-rows"),
-            (_TABLE_NS, "table-rows"),
-            (_TABLE_NS, "table-row-group"),
-        }:
-            yield from _odt_rows(child)
-
-
-def _odt_cells(row) -> list[str]:
-    from odf import teletype
-
-    return [
-        " ".join(teletype.extractText(part) for part in cell.childNodes if part.nodeType == part.ELEMENT_NODE)
-        for cell in row.childNodes
-        if cell.nodeType == cell.ELEMENT_NODE and cell.qname == (_TABLE_NS, "table-cell")
-    ]
-
-
-def _read_epub(data: bytes, blocks: _Blocks) -> Parsed:
-    import ebooklib
-    from bs4 import BeautifulSoup
-    from ebooklib import epub
-
-    book = epub.read_epub(io.BytesIO(data), options={"ignore_ncx": True})
-    toc_titles: dict[str, str] = {}
-    _epub_toc(book.toc, toc_titles)
-    for item_id, _linear in book.spine:
-        item = book.get_item_with_id(item_id)
-        if item is None or item.get_type() != ebooklib.ITEM_DOCUMENT or isinstance(item, epub.EpubNav):
-            continue
-        soup = BeautifulSoup(item.get_content(), "html.parser")
-        chapter: list[Block] = []
-        _html_blocks(soup.body or soup, chapter)
-        if not any(block.text for block in chapter):
-            continue
-        if not chapter[0].heading:
-            head_title = soup.title.get_text(" ", strip=True) if soup.title else ""
-            chapter_title = toc_titles.get(item.get_name()) or head_title
-            if chapter_title:
-                chapter.insert(0, Block(_line(chapter_title), heading=True))
-        blocks.extend(chapter)
-    titles = book.get_metadata("DC", "title")
-    first_heading = next((block.text for block in blocks if block.heading and block.text), "")
-    return (titles[0][0] if titles else "") or "", first_heading
-
-
-def _epub_toc(entries, titles: dict[str, str]) -> None:
-    """File name -> title of the first table-of-contents entry pointing into it."""
-    for entry in entries:
-        if isinstance(entry, tuple | list):
-            _epub_toc([entry[0]], titles)
-            _epub_toc(entry[1], titles)
-        elif getattr(entry, "href", None) and getattr(entry, "title", None):
-            titles.setdefault(entry.href.split("#")[0], entry.title)
-
-
-_HTML_HEADINGS = {"h1", "h2", "h3", "h4", "h5", "h6"}
-_HTML_BLOCKS = {
-    "address",
-    "article",
-    "aside",
-    "blockquote",
-    "body",
-    "dd",
-    "div",
-    "dl",
-    "dt",
-    "figcaption",
-    "figure",
-    "footer",
-    "header",
-    "hr",
-    "li",
-    "main",
-    "nav",
-    "ol",
-    "p",
-    "section",
-    "ul",
-    *_HTML_HEADINGS,
-}
-_HTML_SKIPPED = {"script", "style", "noscript", "template", "head"}
-
-
-def _html_blocks(element, blocks: list[Block]) -> None:
-    """The blocks of an (X)HTML element: headings, paragraphs (whitespace collapsed as a browser
-    does), ``pre`` as it is, tables as rows."""
-    from bs4 import NavigableString, Tag
-    from bs4.element import PreformattedString
-
-    inline: list[str] = []
-
-    def flush() -> None:
-        text = _line("".join(inline))
-        if text:
-            blocks.append(Block(text))
-        inline.clear()
-
-    for child in element.children:
-        if isinstance(child, PreformattedString):  # comments, doctypes, processing instructions
-            continue
-        if isinstance(child, NavigableString):
-            inline.append(str(child))
-        elif not isinstance(child, Tag) or child.name in _HTML_SKIPPED:
-            continue
-        elif child.name in _HTML_HEADINGS:
-            flush()
-            blocks.append(Block(_line(child.get_text(" ")), heading=True))
-        elif child.name == "table":
-            flush()
-            rows = [row for row in child.find_all("tr") if row.find_parent("table") is child]  # not nested ones
-            blocks.append(
-                _table([[cell.get_text(" ") for cell in row.find_all(["td", "th"], recursive=False)] for row in rows])
-            )
-        elif child.name == "pre":
-            flush()
-            blocks.append(Block(child.get_text()))
-        elif child.name == "br":
-            flush()
-        elif child.name in _HTML_BLOCKS or child.find(list(_HTML_BLOCKS | {"table", "pre"})):
-            flush()
-            _html_blocks(child, blocks)
-        else:
-            inline.append(child.get_text())
-    flush()
-
-
-_READERS: dict[str, Callable[[bytes, _Blocks], Parsed]] = {
+_READERS: dict[str, Reader] = {
     ".docx": _read_docx,
     ".pptx": _read_pptx,
     ".xlsx": _read_xlsx,
-    ".odt": _read_odt,
-    ".epub": _read_epub,
+    ".odt": read_odt,
+    ".epub": read_epub,
 }

@@ -1,7 +1,8 @@
 """Readers: turn a file into one or more ``ReadDocument`` (title, normalized text, sections).
 
 Supported: .txt, .md/.markdown, .rst (docutils), .html/.htm (BeautifulSoup with lxml), .pdf
-(pypdf), .jsonl (one document per line), and office and e-book files, .docx, .pptx, .xlsx, .odt
+(pdfplumber, in reading order, with where each page and line stands: ``knowledge.ingestion.pdf``),
+.jsonl (one document per line), and office and e-book files, .docx, .pptx, .xlsx, .odt
 and .epub (read by ``knowledge.ingestion.office``). Every reader raises ``InvalidInput`` for
 empty, undecodable, damaged or encrypted content and ``UnsupportedFileType`` for other
 extensions, before anything is stored.
@@ -25,22 +26,22 @@ shapes built to make a regular expression backtrack).
 from __future__ import annotations
 
 import codecs
-import io
 import json
 import re
 from datetime import datetime
 from functools import partial
 from pathlib import Path
 
-from django.conf import settings
 from django.utils.dateparse import parse_date, parse_datetime
 from django.utils.timezone import make_aware
 
 from core.errors import InvalidInput, UnsupportedFileType
-from core.uploads import size_text
 from knowledge.ingestion import sandbox
 from knowledge.ingestion.documents import ReadDocument, Section, locate_sections, normalize_text
 from knowledge.ingestion.office import OFFICE_READER_MODULES, office_check, read_office
+from knowledge.ingestion.pdf import PRELOAD as PDF_READER_MODULES
+from knowledge.ingestion.pdf import RATIO_EXEMPT_BYTES as RATIO_EXEMPT_BYTES  # knowledge.connectors.git
+from knowledge.ingestion.pdf import read_pdf, time_allowance_s
 from knowledge.ingestion.restructured import rst_plain
 
 SUPPORTED_EXTENSIONS = (
@@ -68,7 +69,7 @@ SANDBOXED_TEXT_EXTENSIONS = (".rst", ".html", ".htm")
 SANDBOXED_EXTENSIONS = (".pdf", *OFFICE_EXTENSIONS, *SANDBOXED_TEXT_EXTENSIONS)
 # What a sandboxed reader imports: loaded once in the parent, so a child does not import it per file.
 _READER_MODULES = {
-    ".pdf": ("pypdf",),
+    ".pdf": PDF_READER_MODULES,
     **OFFICE_READER_MODULES,
     ".rst": ("docutils.parsers.rst",),
     ".html": ("bs4", "lxml.etree"),
@@ -137,14 +138,16 @@ def read_bytes(
     if suffix == ".jsonl":
         docs = _read_jsonl(decode_text(data, name=name), name=name)
     elif suffix in SANDBOXED_EXTENSIONS:
-        if suffix == ".pdf":
-            parse = partial(_read_pdf, data, name=name, external_id=external_id, uri=uri)
+        more_time_s = 0.0
+        if suffix == ".pdf":  # each page read adds a little time (knowledge.ingestion.pdf)
+            parse = partial(read_pdf, data, name=name, external_id=external_id, uri=uri)
+            more_time_s = time_allowance_s()
         elif suffix in OFFICE_EXTENSIONS:
             parse = partial(read_office, data, name=name, external_id=external_id, uri=uri)
         else:  # decoded here: a file that is not text is refused without a child
             text = decode_text(data, name=name)
             parse = partial(_TEXT_READERS[suffix], text, name=name, external_id=external_id, uri=uri)
-        docs = [sandbox.parse_isolated(parse, name=name, preload=_READER_MODULES[suffix])]
+        docs = [sandbox.parse_isolated(parse, name=name, preload=_READER_MODULES[suffix], more_time_s=more_time_s)]
     else:
         text = decode_text(data, name=name)
         reader = _TEXT_READERS.get(suffix, _read_plain)
@@ -152,6 +155,8 @@ def read_bytes(
     for doc in docs:
         if not doc.text.strip():
             raise InvalidInput(f"{name}: no text could be extracted.", code="empty_file")
+    if suffix == ".pdf":  # kept per version to be shown as it was made (knowledge.services.originals)
+        docs[0].original = data
     return docs
 
 
@@ -309,7 +314,8 @@ _HEADING_MARK = "\uffff"
 
 def _read_html(text: str, *, name: str, external_id: str, uri: str) -> ReadDocument:
     """An HTML page's text (without scripts, styles, navigation, headers and footers), its title
-    (``<title>``, else the first ``<h1>``) and its ``h1``-``h4`` headings as sections.
+    (``<title>``, else the first ``<h1>``) and its ``h1``-``h4`` headings as sections; tables as
+    Markdown tables (``_tables_as_markdown``).
 
     Parsed with lxml (libxml2's HTML parser, linear in the page's length; the standard library's
     ``html.parser`` of Python 3.11.7 takes quadratic time on runs of ``<a`` or ``</``), with
@@ -326,6 +332,7 @@ def _read_html(text: str, *, name: str, external_id: str, uri: str) -> ReadDocum
     title_tag = soup.find("title") or soup.find("h1")
     title = title_tag.get_text(" ", strip=True) if title_tag else ""
     body = soup.body or soup
+    _tables_as_markdown(body)
     headings = []
     for tag in body.find_all(["h1", "h2", "h3", "h4"]):
         heading = tag.get_text(" ", strip=True)
@@ -347,6 +354,18 @@ def _read_html(text: str, *, name: str, external_id: str, uri: str) -> ReadDocum
         text=plain,
         sections=sections,
     )
+
+
+def _tables_as_markdown(body) -> None:
+    """Put each outermost ``<table>`` of ``body`` as a Markdown table with its caption, on lines
+    of its own (``knowledge.ingestion.tables.html_table``: nested tables flattened into their
+    cell); one-column layout tables become lines of text."""
+    from bs4 import NavigableString
+
+    from knowledge.ingestion.tables import html_table, outer_html_tables
+
+    for table in outer_html_tables(body):
+        table.replace_with(NavigableString(f"\n\n{html_table(table)}\n\n"))
 
 
 def _mark_start(tag) -> None:
@@ -373,157 +392,6 @@ _TEXT_READERS = {
     ".html": _read_html,
     ".htm": _read_html,
 }
-
-
-def _read_pdf(data: bytes, *, name: str, external_id: str, uri: str) -> ReadDocument:
-    """Read a PDF page by page under the caps (run in the sandbox's child).
-
-    Before a page's text is extracted, its content streams and the form XObjects they may draw
-    are decompressed and counted: a stream over 1 MiB that decompresses more than
-    ``KB_PARSE_MAX_RATIO`` times, or a running total (a stream shared by several pages counts on
-    each) over ``KB_PARSE_MAX_UNPACKED_MB``, is an ``archive_bomb``. More than
-    ``KB_PARSE_MAX_PDF_PAGES`` pages, or more than ``KB_PARSE_MAX_CHARS`` characters extracted so
-    far, is ``document_too_large``. pypdf's own errors (damaged files, its limits, a missing
-    dependency) become ``InvalidInput``.
-    """
-    from pypdf import PdfReader
-    from pypdf.errors import DependencyError, FileNotDecryptedError, LimitReachedError
-
-    if not data.strip():
-        raise InvalidInput(f"{name}: the file is empty.", code="empty_file")
-    try:
-        reader = PdfReader(io.BytesIO(data))
-        if reader.is_encrypted and not reader.decrypt(""):
-            raise InvalidInput(
-                f"{name}: the PDF is encrypted (password-protected); save it without a password.", code="encrypted_file"
-            )
-        page_count = len(reader.pages)
-        if page_count > settings.KB_PARSE_MAX_PDF_PAGES:
-            raise InvalidInput(
-                f"{name}: the PDF has {page_count:,} pages; the limit is {settings.KB_PARSE_MAX_PDF_PAGES:,}. "
-                "Split it into smaller files.",
-                code="document_too_large",
-            )
-        budget = _PdfBudget(name=name, file_size=len(data))
-        pages = []
-        for page in reader.pages:
-            budget.count_streams(page)
-            pages.append(budget.count_text(page.extract_text() or ""))
-        meta_title = str((reader.metadata.title if reader.metadata else None) or "")
-    except InvalidInput:
-        raise
-    except FileNotDecryptedError as exc:
-        raise InvalidInput(
-            f"{name}: the PDF is encrypted (password-protected); save it without a password.", code="encrypted_file"
-        ) from exc
-    except LimitReachedError as exc:
-        bomb = any(word in str(exc).lower() for word in ("decompress", "decoding"))
-        raise InvalidInput(
-            f"{name}: the PDF passes a limit of its reader ({_short(exc)}); it may be built to exhaust the server.",
-            code="archive_bomb" if bomb else "document_too_large",
-        ) from exc
-    except DependencyError as exc:
-        raise InvalidInput(
-            f"{name}: the PDF needs a feature that is not installed ({_short(exc)}).", code="invalid_pdf"
-        ) from exc
-    except MemoryError:
-        raise  # the sandbox names the memory limit
-    except Exception as exc:  # PdfReadError, PyPdfError, and the plain errors of a damaged file
-        raise InvalidInput(f"{name}: not a readable PDF ({_short(exc)}).", code="invalid_pdf") from exc
-    text = normalize_text("\n\n".join(pages))
-    return ReadDocument(
-        external_id=external_id,
-        uri=uri,
-        title=(meta_title or _title_from(text, Path(name).stem))[:500],
-        text=text,
-        metadata={"pages": len(pages)},
-    )
-
-
-def _short(exc: Exception) -> str:
-    """A library's message on one line, at most 200 characters (its class name if it has none)."""
-    message = " ".join(str(exc).split()) or type(exc).__name__
-    return message if len(message) <= 200 else message[:199] + "…"
-
-
-# Streams smaller than this pass the ratio cap: small, highly compressible parts of real files.
-RATIO_EXEMPT_BYTES = 2**20
-# How deep form XObjects nested in form XObjects are followed (text extraction follows them too).
-_MAX_FORM_DEPTH = 10
-
-
-class _PdfBudget:
-    """What a PDF's pages have unpacked and extracted so far, against the caps."""
-
-    def __init__(self, *, name: str, file_size: int):
-        self.name, self.file_size = name, file_size
-        self.unpacked = 0
-        self.chars = 0
-        self.max_unpacked = int(settings.KB_PARSE_MAX_UNPACKED_MB * 2**20)
-        self.max_ratio = settings.KB_PARSE_MAX_RATIO
-        self.max_chars = settings.KB_PARSE_MAX_CHARS
-
-    def count_streams(self, page) -> None:
-        """Add the decompressed size of ``page``'s content streams and form XObjects; raise past a cap."""
-        for stream in _page_streams(page):
-            decoded = len(stream.get_data())
-            raw = len(getattr(stream, "_data", b"") or b"") or decoded
-            if decoded > RATIO_EXEMPT_BYTES and decoded > raw * self.max_ratio:
-                raise InvalidInput(
-                    f"{self.name}: a content stream of the PDF unpacks to {decoded // max(raw, 1):,} times its "
-                    f"compressed size ({size_text(decoded)}); the limit is {self.max_ratio} times. "
-                    "The file may be built to exhaust the server.",
-                    code="archive_bomb",
-                )
-            self.unpacked += decoded
-            if self.unpacked > self.max_unpacked:
-                raise InvalidInput(
-                    f"{self.name}: the PDF's pages unpack to more than {size_text(self.max_unpacked)} of content, "
-                    "the limit; split it into smaller files.",
-                    code="archive_bomb",
-                )
-
-    def count_text(self, text: str) -> str:
-        """``text`` (one page's), once counted; ``document_too_large`` past ``KB_PARSE_MAX_CHARS``."""
-        self.chars += len(text)
-        if self.chars > self.max_chars:
-            raise InvalidInput(
-                f"{self.name}: the PDF holds more than {self.max_chars:,} characters of text, the limit; "
-                "split it into smaller files.",
-                code="document_too_large",
-            )
-        return text
-
-
-def _page_streams(page):
-    """The content streams of ``page`` and the form XObjects of its resources (nested ones too),
-    each once per page."""
-    from pypdf.generic import ArrayObject, StreamObject
-
-    seen: set[int] = set()
-
-    def resolved(value):
-        return value.get_object() if value is not None else None
-
-    def forms(resources, depth: int):
-        resources = resolved(resources)
-        xobjects = resolved(resources.get("/XObject")) if hasattr(resources, "get") else None
-        if depth > _MAX_FORM_DEPTH or not hasattr(xobjects, "values"):
-            return
-        for value in xobjects.values():
-            xobject = resolved(value)
-            if isinstance(xobject, StreamObject) and xobject.get("/Subtype") == "/Form" and id(xobject) not in seen:
-                seen.add(id(xobject))
-                yield xobject
-                yield from forms(xobject.get("/Resources"), depth + 1)
-
-    contents = resolved(page.get("/Contents"))
-    for item in contents if isinstance(contents, ArrayObject) else [contents]:
-        stream = resolved(item)
-        if isinstance(stream, StreamObject) and id(stream) not in seen:
-            seen.add(id(stream))
-            yield stream
-    yield from forms(page.get("/Resources"), 0)
 
 
 _JSONL_TEXT_KEYS = ("text", "body", "content")

@@ -14,7 +14,8 @@ The child's limits:
 
 * ``RLIMIT_AS``: its address space when it starts + ``KB_PARSE_MEMORY_MB`` (what the fork shares
   with the parent is already mapped and does not count again);
-* ``RLIMIT_CPU``: ``KB_PARSE_TIMEOUT_S`` seconds (``SIGXCPU``; ``SIGKILL`` one second later);
+* ``RLIMIT_CPU``: ``KB_PARSE_TIMEOUT_S`` seconds, plus what OCR adds (``SIGXCPU``; ``SIGKILL`` one
+  second after the most OCR may add);
 * ``RLIMIT_CORE``: 0, so a crash never writes a core file of the size of the parent;
 * and it closes the file descriptors it inherited (database and broker connections, sockets), so
   a parser subverted by its file cannot use them.
@@ -26,6 +27,18 @@ How an ending becomes an error (all ``InvalidInput``, a 400 or a failed job, nam
   after using 3/4 of its memory or more, as lxml says "unknown error"): ``document_too_large``;
 * it passed its CPU time (``SIGXCPU``) or the wall time: ``parse_timeout``;
 * it raised anything else, crashed, or sent nothing readable: ``parse_failed``.
+
+OCR extends the time: each image a reader OCRs in the child (``knowledge.ingestion.ocr``) calls
+``parse_time_extend(KB_OCR_PAGE_TIMEOUT_S)``, which adds that many seconds to the child's CPU
+limit and to the parent's wall deadline, up to ``KB_OCR_MAX_PAGES`` pages' worth in all. The child
+writes the seconds it was given into a small shared mapping made before the fork (``_TimeGrant``);
+the parent reads it while it waits and never grants more than that cap, whatever a subverted child
+writes there. A file without scanned pages keeps the short limit; a scanned one gets the time its
+pages need, found as the reader meets them. The CPU limit counts all of the child's threads
+(RapidOCR runs on one; Tesseract is a process of its own, under the CPU limit it inherits, and
+finishes its page even when the child is killed at the wall deadline). A caller may allow more
+(``more_time_s``): the PDF reader adds a little time for each page it reads
+(``knowledge.ingestion.pdf.PAGE_TIMEOUT_S``), drawn from the same grant.
 
 The parent unpickles the reply with an allow-list of the classes a reply holds, so even a child
 subverted by a malicious file cannot make the parent build an arbitrary object. A parse that
@@ -45,6 +58,8 @@ import gc
 import importlib
 import io
 import logging
+import math
+import mmap
 import os
 import pickle
 import resource
@@ -79,13 +94,17 @@ _HEADER = struct.Struct("<Q")
 _EXIT_OK, _EXIT_BROKEN = 0, 70
 # True in a child: a parse_isolated there parses at once (it is already limited).
 _in_child = False
+# In a child: the seconds its OCR added to its time limits, and its CPU limit before them.
+_grant: _TimeGrant | None = None
+_cpu_base_s = 0
 
 
-def parse_isolated(parse: Callable[[], T], *, name: str, preload: Iterable[str] = ()) -> T:
+def parse_isolated(parse: Callable[[], T], *, name: str, preload: Iterable[str] = (), more_time_s: float = 0.0) -> T:
     """Run ``parse()`` in a forked child under the limits above and return what it returned.
 
     ``name`` names the file in error messages. ``preload`` lists modules to import in this process
-    first (once), so the child does not import them again for every file. The value returned must
+    first (once), so the child does not import them again for every file. ``more_time_s``: the most
+    seconds ``parse_time_extend`` may add besides OCR's. The value returned must
     be made of ``ReadDocument``, ``Section``, datetimes and plain Python data (the allow-list).
 
     Raises the ``ApplicationError`` the parse raised, or ``InvalidInput`` with code
@@ -97,6 +116,7 @@ def parse_isolated(parse: Callable[[], T], *, name: str, preload: Iterable[str] 
     for module in preload:
         importlib.import_module(module)
     memory_mb, timeout_s = settings.KB_PARSE_MEMORY_MB, settings.KB_PARSE_TIMEOUT_S
+    grant = _TimeGrant(most=settings.KB_OCR_MAX_PAGES * settings.KB_OCR_PAGE_TIMEOUT_S + max(more_time_s, 0.0))
     read_fd, write_fd = os.pipe()
     started = time.monotonic()
     try:
@@ -104,13 +124,16 @@ def parse_isolated(parse: Callable[[], T], *, name: str, preload: Iterable[str] 
     except OSError:  # no process to be had (EAGAIN, ENOMEM): the caller's job fails or retries
         os.close(read_fd)
         os.close(write_fd)
+        grant.close()
         raise
     if pid == 0:  # the child: never returns
         os.close(read_fd)
-        _child(parse, write_fd, name=name, memory_mb=memory_mb, timeout_s=timeout_s)
+        _child(parse, write_fd, name=name, memory_mb=memory_mb, timeout_s=timeout_s, grant=grant)
     os.close(write_fd)
-    start_rss_kb, reply, timed_out = _collect(read_fd, pid, deadline=started + timeout_s + GRACE_S)
+    start_rss_kb, reply, timed_out = _collect(read_fd, pid, deadline=started + timeout_s + GRACE_S, grant=grant)
     _, status, usage = os.wait4(pid, 0)
+    timeout_s += grant.seconds()
+    grant.close()
     wall_s, cpu_s = time.monotonic() - started, usage.ru_utime + usage.ru_stime
     logger.debug(
         "Parsed %s in a child in %.3f s (%.2f s CPU; its resident memory grew by %d MB)",
@@ -127,7 +150,7 @@ def parse_isolated(parse: Callable[[], T], *, name: str, preload: Iterable[str] 
     )
     if timed_out or _killed_by(status, signal.SIGXCPU) or (_killed_by(status, signal.SIGKILL) and cpu_s >= timeout_s):
         raise InvalidInput(
-            f"{name}: reading the file took longer than {timeout_s} s, the limit; it may be damaged or built "
+            f"{name}: reading the file took longer than {timeout_s:g} s, the limit; it may be damaged or built "
             "to exhaust the server, or split it into smaller files.",
             code="parse_timeout",
         )
@@ -155,9 +178,10 @@ def _killed_by(status: int, signum: int) -> bool:
     return os.WIFSIGNALED(status) and os.WTERMSIG(status) == signum
 
 
-def _collect(read_fd: int, pid: int, *, deadline: float) -> tuple[int, tuple | None, bool]:
-    """Read the child's reply until it closes the pipe or ``deadline`` (monotonic) passes; then
-    SIGKILL it. Returns (the child's resident memory when it began, in kB, or 0 if it never said;
+def _collect(read_fd: int, pid: int, *, deadline: float, grant: _TimeGrant) -> tuple[int, tuple | None, bool]:
+    """Read the child's reply until it closes the pipe or ``deadline`` (monotonic) plus the
+    seconds ``grant`` holds passes; then SIGKILL it. Returns (the child's resident memory when it
+    began, in kB, or 0 if it never said;
     the unpickled reply or None; whether the deadline passed)."""
     limit = _HEADER.size + settings.KB_PARSE_MAX_CHARS * 4 + _REPLY_OVERHEAD
     received = bytearray()
@@ -166,7 +190,7 @@ def _collect(read_fd: int, pid: int, *, deadline: float) -> tuple[int, tuple | N
     poller.register(read_fd, select.POLLIN)
     try:
         while True:
-            remaining = deadline - time.monotonic()
+            remaining = deadline + grant.seconds() - time.monotonic()
             if remaining <= 0:
                 timed_out = True
                 break
@@ -200,13 +224,15 @@ def _kill(pid: int) -> None:
         pass
 
 
-def _child(parse: Callable[[], object], write_fd: int, *, name: str, memory_mb: int, timeout_s: int) -> None:
+def _child(
+    parse: Callable[[], object], write_fd: int, *, name: str, memory_mb: int, timeout_s: int, grant: _TimeGrant
+) -> None:
     """The child: limits, parse, reply, ``os._exit`` (no atexit handlers, no database connection
     closed under the parent's feet, no buffers flushed twice)."""
-    global _in_child
+    global _in_child, _grant, _cpu_base_s
     status = _EXIT_BROKEN
     try:
-        _in_child = True
+        _in_child, _grant, _cpu_base_s = True, grant, timeout_s
         gc.freeze()  # the parent's objects: the child's collections never walk (and copy) them
         _close_inherited(keep=write_fd)
         _write_all(write_fd, _HEADER.pack(_status_kb(b"VmRSS")))  # what its memory grows from
@@ -214,7 +240,7 @@ def _child(parse: Callable[[], object], write_fd: int, *, name: str, memory_mb: 
         # (the parse's objects are still held while its MemoryError is handled).
         too_large = pickle.dumps(("error", _too_large(name, memory_mb)))
         start = _address_space_bytes()
-        _limit_self(start, memory_mb=memory_mb, timeout_s=timeout_s)
+        _limit_self(start, memory_mb=memory_mb, timeout_s=timeout_s, extra_s=math.ceil(grant.most))
         try:
             reply = _outcome(parse, name=name, memory_mb=memory_mb)
             if reply[0] == "error" and reply[1].code in _LIBRARY_FAILURES:
@@ -254,10 +280,50 @@ def _close_inherited(*, keep: int) -> None:
     os.closerange(keep + 1, soft if soft != resource.RLIM_INFINITY else 2**20)
 
 
-def _limit_self(address_space: int, *, memory_mb: int, timeout_s: int) -> None:
+def _limit_self(address_space: int, *, memory_mb: int, timeout_s: int, extra_s: int) -> None:
+    """``extra_s``: the most CPU seconds ``parse_time_extend`` may add (the hard limit leaves room)."""
     _lower(resource.RLIMIT_AS, address_space + memory_mb * 2**20)
-    _lower(resource.RLIMIT_CPU, timeout_s, hard=timeout_s + 1)
+    _lower(resource.RLIMIT_CPU, timeout_s, hard=timeout_s + extra_s + 1)
     _lower(resource.RLIMIT_CORE, 0)
+
+
+def parse_time_extend(seconds: float) -> None:
+    """In a parse child, add ``seconds`` to this parse's time limits: its CPU limit and the
+    parent's wall deadline (up to ``KB_OCR_MAX_PAGES * KB_OCR_PAGE_TIMEOUT_S`` in all; the OCR of
+    a page calls it). Outside a child, nothing: there is no limit to extend."""
+    if _grant is None:
+        return
+    granted = _grant.add(seconds)
+    soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    wanted = _cpu_base_s + math.ceil(granted)
+    if hard != resource.RLIM_INFINITY:
+        wanted = min(wanted, hard - 1)
+    if soft != resource.RLIM_INFINITY and wanted > soft:
+        resource.setrlimit(resource.RLIMIT_CPU, (wanted, hard))
+
+
+class _TimeGrant:
+    """The seconds a child added to its time limits (``parse_time_extend``), in an anonymous
+    mapping shared across the fork: the child writes it, the parent reads it, capped at ``most``."""
+
+    _FORMAT = struct.Struct("<d")
+
+    def __init__(self, *, most: float):
+        self.most = float(most)
+        self._map = mmap.mmap(-1, self._FORMAT.size)  # MAP_SHARED | MAP_ANONYMOUS: zeros
+
+    def seconds(self) -> float:
+        """What was granted so far; ``most`` for anything a child should not have written."""
+        value = self._FORMAT.unpack_from(self._map)[0]
+        return value if 0 <= value <= self.most else self.most
+
+    def add(self, seconds: float) -> float:
+        granted = min(self.seconds() + max(seconds, 0), self.most)
+        self._FORMAT.pack_into(self._map, 0, granted)
+        return granted
+
+    def close(self) -> None:
+        self._map.close()
 
 
 def _lower(which: int, soft: int, *, hard: int | None = None) -> None:
@@ -336,7 +402,7 @@ class _ReplyUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):
         if (module, name) in self.ALLOWED:
             return super().find_class(module, name)
-        if module == "core.errors":
+        if module in ("core.errors", "knowledge.ingestion.ocr"):  # the domain's errors, OCR's among them
             cls = super().find_class(module, name)
             if isinstance(cls, type) and issubclass(cls, ApplicationError):
                 return cls

@@ -42,6 +42,9 @@ class Source(models.Model):
         GITHUB = "github", "GitHub"
         JIRA = "jira", "Jira"
         NOTION = "notion", "Notion"
+        # The files members attach to their conversations (``knowledge.attachments``): one hidden
+        # source per tenant, each document private to its member and searched only in its conversation.
+        CONVERSATION = "conversation", "Conversation files"
 
     FILE_KINDS = (Kind.FOLDER, Kind.WEB, Kind.GIT)
     SERVICE_KINDS = (Kind.SLACK, Kind.CONFLUENCE, Kind.GDRIVE, Kind.GITHUB, Kind.JIRA, Kind.NOTION)

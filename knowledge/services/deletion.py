@@ -13,6 +13,7 @@ from core.errors import NotFound
 from core.models import Tenant
 from knowledge.models import Document, DocumentVersion, IngestionJob
 from knowledge.services.ingestion import version_chunks_pass_on, version_reindex
+from knowledge.services.originals import document_originals_remove
 from knowledge.services.uploads import upload_files_remove
 
 
@@ -21,7 +22,8 @@ def document_delete(*, tenant: Tenant, document_id: int) -> None:
 
     Documents that were recorded as exact duplicates of it are indexed on their own (they
     would otherwise have no chunks). Recorded in the audit log (``document.deleted``). An
-    uploaded file it was read from, if still stored, is removed once the deletion commits.
+    uploaded file it was read from, if still stored, and its versions' kept original files
+    (``knowledge.originals``) are removed once the deletion commits.
     ``NotFound`` if the document is not the tenant's.
     """
     document = Document.objects.for_tenant(tenant).filter(pk=document_id).first()
@@ -34,6 +36,7 @@ def document_delete(*, tenant: Tenant, document_id: int) -> None:
     )
     details = {"external_id": document.external_id, "title": document.title, "source": document.source_id}
     document.delete()
+    document_originals_remove(tenant_id=tenant.pk, document_ids=[document_id])
     upload_files_remove(  # an uploaded file the document was read from, if still stored
         jobs=IngestionJob.objects.for_tenant(tenant).filter(
             source_id=document.source_id, result__documents__contains=[{"document_id": document_id}]

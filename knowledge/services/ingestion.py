@@ -47,6 +47,7 @@ from knowledge.enrichment.services import enrichment_enqueue
 from knowledge.ingestion.readers import SUPPORTED_EXTENSIONS, ReadDocument, read_path
 from knowledge.ingestion.splitters import Span, Splitter, get_splitter
 from knowledge.models import Chunk, Document, DocumentVersion, Source
+from knowledge.pages import chunk_page_metadata, document_metadata, page_starts_of
 from knowledge.quotas import quota_check, quota_check_early
 from knowledge.services.embeddings import (
     chunks_embed_enqueue,
@@ -54,6 +55,7 @@ from knowledge.services.embeddings import (
     embedding_input,
 )
 from knowledge.services.maintenance import tables_maintain_enqueue
+from knowledge.services.originals import original_keep
 from knowledge.services.versions import versions_prune
 from knowledge.summaries.services import summaries_enqueue
 from knowledge.vector_index import tenant_vector_index_ensure, vector_index_ensure
@@ -114,15 +116,24 @@ class _Prepared:
     status: str = "pending"  # unchanged | duplicate | new
 
 
-def _current_hashes(tenant: Tenant, prepared: list[_Prepared]) -> tuple[dict[str, str], dict[str, int]]:
-    """(external_id -> current hash of that document, hash -> a current version id in the tenant)."""
+def _current_hashes(tenant: Tenant, prepared: list[_Prepared], source: Source) -> tuple[dict[str, str], dict[str, int]]:
+    """(external_id -> current hash of that document, hash -> a current version id in the tenant).
+
+    Files attached to conversations (``knowledge.attachments``) are never duplicates, nor
+    originals of one: each keeps its own chunks, private to its member.
+    """
     external_ids = [p.read.external_id for p in prepared]
     hashes = {p.hash for p in prepared}
     current = DocumentVersion.objects.for_tenant(tenant).filter(is_current=True)
     by_document = dict(
         current.filter(document__external_id__in=external_ids).values_list("document__external_id", "content_hash")
     )
-    by_hash = dict(current.filter(content_hash__in=hashes, duplicate_of__isnull=True).values_list("content_hash", "id"))
+    if source.kind == Source.Kind.CONVERSATION:
+        return by_document, {}
+    originals = current.filter(content_hash__in=hashes, duplicate_of__isnull=True).exclude(
+        document__source__kind=Source.Kind.CONVERSATION
+    )
+    by_hash = dict(originals.values_list("content_hash", "id"))
     return by_document, by_hash
 
 
@@ -168,7 +179,7 @@ def documents_ingest(
         raise InvalidInput("Two documents in one ingestion share an external id.")
     splitter = splitter or get_splitter()
     prepared = [_Prepared(read=d, hash=content_hash(d.text)) for d in documents]
-    by_document, by_hash = _current_hashes(tenant, prepared)
+    by_document, by_hash = _current_hashes(tenant, prepared, source)
     first_in_batch: dict[str, _Prepared] = {}
     for item in prepared:
         if by_document.get(item.read.external_id) == item.hash:
@@ -354,10 +365,15 @@ def _embed_all(
 
 
 def _chunks_create(
-    version: DocumentVersion, spans: list[Span], vectors: np.ndarray | None, embedder_key: str
+    version: DocumentVersion,
+    spans: list[Span],
+    vectors: np.ndarray | None,
+    embedder_key: str,
+    page_starts: list[int] | None = None,
 ) -> list[Chunk]:
     """Insert the chunks of ``version`` (call inside the version's transaction); ``vectors``
-    ``None`` stores them without embeddings (``KB_EMBED_QUEUE``)."""
+    ``None`` stores them without embeddings (``KB_EMBED_QUEUE``). With ``page_starts`` (a paged
+    document's, ``knowledge.pages``) each chunk's metadata holds its ``page`` and ``page_end``."""
     return Chunk.objects.bulk_create(
         (
             Chunk(
@@ -372,6 +388,7 @@ def _chunks_create(
                 embedder=embedder_key,
                 embedding=None if vectors is None else vectors[i],  # None: for the embedding task
                 is_current=version.is_current,
+                metadata=chunk_page_metadata(page_starts, span.start, span.end),
             )
             for i, span in enumerate(spans)
         ),
@@ -401,7 +418,7 @@ def _store(
                 "source": source,
                 "title": read.title,
                 "uri": read.uri,
-                "metadata": read.metadata,
+                "metadata": document_metadata(read.metadata),
             },
         )
         current = document.versions.filter(is_current=True).first()
@@ -421,7 +438,7 @@ def _store(
         document.title, document.uri, document.metadata = (
             read.title,
             read.uri,
-            read.metadata,
+            document_metadata(read.metadata),  # the line boxes go beside the original (knowledge.originals)
         )
         document.deleted_at = None  # back at its source after a sync marked it deleted
         document.save(update_fields=["source", "title", "uri", "metadata", "deleted_at", "updated_at"])
@@ -444,9 +461,11 @@ def _store(
             is_current=True,
             duplicate_of_id=duplicate_version_id,
         )
+        original_keep(version=version, read=read)  # a PDF's file, written once this commits
         chunks = []
         if duplicate_version_id is None:
-            chunks = _chunks_create(version, item.spans, item.vectors, embedder_key)
+            page_starts = page_starts_of(read.metadata, len(read.text))
+            chunks = _chunks_create(version, item.spans, item.vectors, embedder_key, page_starts)
     if duplicate_version_id is not None:
         status = "duplicate"
         tenant_duplicates_changed(tenant=document.tenant_id)
@@ -570,6 +589,7 @@ def version_reindex(*, version_id: int, splitter: Splitter | None = None) -> int
         title=document.title,
         text=version.text,
         uri=document.uri,
+        metadata=document.metadata if version.is_current else {},  # the row describes its current version
     )
     spans = (splitter or get_splitter()).split(read)
     embedder = get_embedder(tenant.embedder)
@@ -580,6 +600,6 @@ def version_reindex(*, version_id: int, splitter: Splitter | None = None) -> int
         version.chunks.all().delete()
         version.duplicate_of = None
         version.save(update_fields=["duplicate_of"])
-        _chunks_create(version, spans, vectors, embedder.key)
+        _chunks_create(version, spans, vectors, embedder.key, page_starts_of(read.metadata, len(read.text)))
     summaries_enqueue(tenant=tenant)  # the version's summary went with its chunks
     return len(spans)

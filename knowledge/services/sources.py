@@ -208,6 +208,8 @@ def source_check(source: Source) -> None:
         raise InvalidInput("A source's name has at most 200 characters.")
     if source.kind not in Source.Kind.values:
         raise InvalidInput(f"kind must be one of {', '.join(Source.Kind.values)}, not {source.kind!r}.")
+    if source.kind == Source.Kind.CONVERSATION and source.pk is None:  # knowledge.attachments makes the one
+        raise InvalidInput("A conversation source is made by attaching a file to a conversation.", code="invalid_kind")
     source.location = (source.location or "").strip()
     source.include = _globs(source.include, "include")
     source.exclude = _globs(source.exclude, "exclude")
@@ -330,8 +332,9 @@ def source_delete(*, source: Source) -> None:
     """Delete ``source`` with its documents, versions, chunks and runs.
 
     Documents of other sources that were exact duplicates of its documents are indexed on their
-    own afterwards (they would otherwise have no chunks); a git source's fetched repository is
-    removed once the deletion commits.
+    own afterwards (they would otherwise have no chunks); a git source's fetched repository and
+    the kept original files of its documents (``knowledge.originals``) are removed once the
+    deletion commits.
     """
     orphans = list(
         DocumentVersion.objects.filter(is_current=True, duplicate_of__document__source=source)
@@ -345,11 +348,14 @@ def source_delete(*, source: Source) -> None:
         obj=source,
         changes={"kind": source.kind, "location": _shown(source.location)},
     )
+    from knowledge.services.originals import document_originals_remove  # PDFs kept to be shown
     from knowledge.services.uploads import upload_files_remove  # uploads' stored files, removed on commit
 
     jobs = list(source.ingestion_jobs.all())  # read before the deletion takes them with it
+    document_ids = list(source.documents.values_list("pk", flat=True))
     source.delete()
     upload_files_remove(jobs=jobs)
+    document_originals_remove(tenant_id=source.tenant_id, document_ids=document_ids)
     for version_id in orphans:
         version_reindex(version_id=version_id)
     if cache is not None:  # a git source's fetched repository
@@ -358,7 +364,7 @@ def source_delete(*, source: Source) -> None:
 
 def source_test(*, source: Source) -> str:
     """ "Test connection" of a service source: one line saying what its credential can see
-    (``ServiceConnector.check``). ``InvalidInput`` for a source that is not a service;
+    (``Connector.check``). ``InvalidInput`` for a source that is not a service;
     ``CredentialRejected`` (400) or ``SourceUnreachable`` (502) saying why it cannot read."""
     from knowledge.connectors.services import service_connector
 

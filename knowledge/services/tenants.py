@@ -12,6 +12,7 @@ from django.db import transaction
 from core.errors import InvalidInput
 from core.models import Tenant
 from knowledge.models import Source
+from knowledge.originals import tenant_originals_folder
 from knowledge.quotas import quota_check, quota_check_early
 from knowledge.vector_index import tenant_vector_indexes_prune
 
@@ -20,13 +21,15 @@ def tenant_delete(*, tenant: Tenant) -> None:
     """Delete a tenant with everything it owns, and drop its own HNSW indexes.
 
     The rows go in one transaction (cascades; the BM25 triggers update nothing else's
-    statistics), then its files in the data directory (uploads, fetched git repositories); the
+    statistics), then its files in the data directory (uploads, fetched git repositories, kept
+    original files: ``knowledge.originals``); the
     tenant's vector indexes (``knowledge.vector_index``) are dropped after it,
     concurrently when no transaction is open, so other tenants' searches never wait on them.
     """
     tenant_id = tenant.pk
     data = Path(settings.KB_DATA_DIR)
-    files = [data / "uploads" / tenant.slug, data / "git" / str(tenant_id)]  # its uploads and fetched repositories
+    # its uploads, fetched repositories and kept originals
+    files = [data / "uploads" / tenant.slug, data / "git" / str(tenant_id), tenant_originals_folder(tenant_id)]
     with transaction.atomic():
         Tenant.objects.filter(pk=tenant_id).delete()
         for folder in files:
@@ -84,5 +87,21 @@ def source_get_or_create(
 
 
 def source_get_or_new(*, tenant: Tenant, name: str, kind: str = Source.Kind.FILES) -> Source:
-    """The tenant's source called ``name``, or a new unsaved one of ``kind``."""
-    return Source.objects.filter(tenant=tenant, name=name).first() or Source(tenant=tenant, name=name, kind=kind)
+    """The tenant's source called ``name``, or a new unsaved one of ``kind``.
+
+    ``InvalidInput`` (code ``source_not_filled_by_hand``) when ``name`` is a source whose documents
+    only its connector or the conversations write (a synced or a conversation-files source) and
+    ``kind`` is another: a file ingested or uploaded into it would be deleted by its next sync, or
+    hidden in a conversation nobody has.
+    """
+    source = Source.objects.filter(tenant=tenant, name=name).first()
+    if source is None:
+        return Source(tenant=tenant, name=name, kind=kind)
+    if source.kind != kind and source.kind in (*Source.SYNCED_KINDS, Source.Kind.CONVERSATION):
+        raise InvalidInput(
+            f"The source {name!r} is a {source.get_kind_display()} source: its documents come from "
+            f"{'its connector' if source.is_synced else 'conversations'}, not from files ingested or uploaded "
+            "into it. Use another source name.",
+            code="source_not_filled_by_hand",
+        )
+    return source

@@ -16,6 +16,13 @@ is only needed until its job ends: it is removed once the job is ``done`` or ``f
 document's text lives on in its versions; nothing reads the file again), and with its source or
 document when those are deleted first (``upload_files_remove``), each once the transaction
 commits. A job put back to ``pending`` for a retry keeps its file.
+
+OCR on workers of its own: while ``KB_OCR_QUEUE`` names a queue, a job parses its file with OCR
+deferred (``knowledge.ingestion.ocr.ocr_deferred``). A file that needs OCR (a PDF page without a
+text layer, a picture in an office file) stops its parse at the first such page
+(``OcrDeferred``); the job goes back to ``pending`` marked ``options["ocr"]`` (the attempt not
+counted) and is queued once more, on that queue, whose workers parse it with OCR. Other files are
+parsed where they are. With ``KB_OCR_QUEUE`` empty, OCR runs inline, in the job's own parse.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from core import metrics
@@ -41,6 +48,7 @@ from core.models import Tenant
 from core.queue import task_send
 from core.uploads import size_text
 from knowledge import task_names
+from knowledge.ingestion.ocr import OcrDeferred, ocr_deferred
 from knowledge.ingestion.readers import read_bytes, read_check, read_path
 from knowledge.ingestion.splitters import get_splitter
 from knowledge.models import Document, IngestionJob, Source
@@ -143,11 +151,11 @@ class IngestionJobBusy(Exception):
         self.retry_in = retry_in
 
 
-def _job_enqueue(job_id: int) -> None:
-    """Queue the job's task (run it, without a broker). A job that cannot be queued (broker down),
-    or whose eager run gave up, is marked failed rather than left pending."""
+def _job_enqueue(job_id: int, *, queue: str | None = None) -> None:
+    """Queue the job's task (run it, without a broker), on ``queue`` if given. A job that cannot be
+    queued (broker down), or whose eager run gave up, is marked failed rather than left pending."""
     try:
-        task_send(task_names.INGESTION_JOB, job_id)
+        task_send(task_names.INGESTION_JOB, job_id, queue=queue)
     except Exception:
         logger.exception("Could not queue or run ingestion job %s", job_id)
         ingestion_job_fail(job_id=job_id, message="The job could not be queued or run (is the broker running?).")
@@ -208,7 +216,19 @@ def paths_enqueue(
     return jobs
 
 
+def _job_queue(options: dict | None) -> str | None:
+    """The queue of a job with these options: ``KB_OCR_QUEUE`` once it was found to need OCR."""
+    return (settings.KB_OCR_QUEUE or None) if (options or {}).get("ocr") else None
+
+
 def _job_documents(job: IngestionJob) -> list:
+    """Read the job's file, with OCR deferred (``OcrDeferred``) while ``KB_OCR_QUEUE`` is set and
+    the job is not on it yet."""
+    with ocr_deferred(bool(settings.KB_OCR_QUEUE) and not (job.options or {}).get("ocr")):
+        return _job_read(job)
+
+
+def _job_read(job: IngestionJob) -> list:
     """Read the job's file: an upload (named after its file) or a queued path (``paths_enqueue``)."""
     options = job.options or {}
     stored = Path(job.stored_path)
@@ -319,6 +339,10 @@ def ingestion_job_run(*, job_id: int, worker_id: str | None = None) -> Ingestion
             _job_release(job_id, worker_id, exc)
             metrics.ingestion_job_observe(status="retry")
             raise
+        except OcrDeferred:
+            _job_to_ocr_queue(job, worker_id)
+            job.refresh_from_db()
+            return job
         except ApplicationError as exc:
             status, result, error = (
                 IngestionJob.Status.FAILED,
@@ -341,6 +365,23 @@ def ingestion_job_run(*, job_id: int, worker_id: str | None = None) -> Ingestion
         logger.warning("Ingestion job %s was taken over by another worker; its outcome is theirs to record", job_id)
     job.refresh_from_db()
     return job
+
+
+def _job_to_ocr_queue(job: IngestionJob, worker_id: str) -> None:
+    """The job's file needs OCR: back to ``pending``, marked for OCR (this attempt not counted),
+    and queued on ``KB_OCR_QUEUE`` once committed. Nothing if ``worker_id`` lost the job."""
+    with transaction.atomic():
+        moved = IngestionJob.objects.filter(pk=job.pk, worker_id=worker_id, status=IngestionJob.Status.RUNNING).update(
+            status=IngestionJob.Status.PENDING,
+            worker_id="",
+            lease_expires_at=None,
+            progress={},
+            attempts=F("attempts") - 1,
+            options={**(job.options or {}), "ocr": True},
+        )
+        if moved:
+            logger.info("Ingestion job %s needs OCR; it goes to queue %s", job.pk, settings.KB_OCR_QUEUE)
+            transaction.on_commit(partial(_job_enqueue, job.pk, queue=settings.KB_OCR_QUEUE))
 
 
 def _job_release(job_id: int, worker_id: str, exc: Exception) -> None:
@@ -414,16 +455,17 @@ def ingestion_jobs_recover(*, limit: int = 500) -> list[int]:
     """Re-queue running jobs whose lease ran out (their worker died). Returns their ids.
 
     Each is claimed back to ``pending`` with a conditional UPDATE (so two recoveries, or a
-    recovery and a redelivered task, never queue one job twice) and queued once committed.
+    recovery and a redelivered task, never queue one job twice) and queued once committed (on
+    ``KB_OCR_QUEUE`` if it was found to need OCR).
     """
     now = timezone.now()
     stale = IngestionJob.objects.filter(status=IngestionJob.Status.RUNNING, lease_expires_at__lt=now)
     requeued = []
-    for job_id in stale.order_by("lease_expires_at").values_list("pk", flat=True)[:limit]:
+    for job_id, options in stale.order_by("lease_expires_at").values_list("pk", "options")[:limit]:
         with transaction.atomic():
             if stale.filter(pk=job_id).update(status=IngestionJob.Status.PENDING, worker_id="", lease_expires_at=None):
                 requeued.append(job_id)
-                transaction.on_commit(partial(_job_enqueue, job_id))
+                transaction.on_commit(partial(_job_enqueue, job_id, queue=_job_queue(options)))
     if requeued:
         logger.warning("Re-queued ingestion jobs whose worker stopped: %s", requeued)
     return requeued

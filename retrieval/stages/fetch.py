@@ -21,7 +21,7 @@ from retrieval.types import CandidateLists, Ranking, SearchResult
 _WANTED = {
     Chunk: {
         *("id", "tenant_id", "version_id", "ordinal", "heading", "text", "token_count", "char_start", "char_end"),
-        "kind",
+        *("kind", "metadata"),  # metadata: a paged document's page and page_end (knowledge.pages)
     },
     DocumentVersion: {"id", "document_id", "number", "published_at", "ingested_at", "is_current"},
     Document: {"id", "tenant_id", "source_id", "external_id", "uri", "title"},
@@ -58,6 +58,7 @@ WHERE c.tenant_id = %(tenant)s AND c.id = ANY(%(ids)s::bigint[])""".format(
 _VERSION = Chunk._meta.get_field("version")
 _DOCUMENT = DocumentVersion._meta.get_field("document")
 _SOURCE = Document._meta.get_field("source")
+_METADATA = Chunk._meta.get_field("metadata")  # read as JSON text by the raw query: decoded as the ORM does
 
 
 def _loaded(model, db: str, values):
@@ -113,6 +114,7 @@ def chunks_load(*, tenant, chunk_ids: list[int]) -> dict[int, Chunk]:
             version = versions[version_row[0]] = _loaded(DocumentVersion, db, version_row)
             _DOCUMENT.set_cached_value(version, document)
         chunk = _loaded(Chunk, db, chunk_row)
+        chunk.metadata = _METADATA.from_db_value(chunk.metadata, None, connection)
         _VERSION.set_cached_value(chunk, version)
         chunks[chunk.pk] = chunk
     return chunks

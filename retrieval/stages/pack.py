@@ -77,7 +77,7 @@ def window(tenant: Tenant, results: list[SearchResult], *, n: int, size: int = 1
             (chunk.version_id, chunk.ordinal): chunk
             for chunk in Chunk.objects.for_tenant(tenant)
             .filter(condition, kind=Chunk.Kind.BODY)
-            .only("id", "version_id", "ordinal", "char_start", "char_end")
+            .only("id", "version_id", "ordinal", "char_start", "char_end", "text")
         }
         if wanted
         else {}
@@ -119,8 +119,18 @@ def window(tenant: Tenant, results: list[SearchResult], *, n: int, size: int = 1
 
 
 def _cut(text: str, version_id: int, neighbours: dict[tuple[int, int], Chunk], lo: int, hi: int) -> str:
-    """The version's text from chunk ``lo``'s start to chunk ``hi``'s end."""
-    return text[neighbours[(version_id, lo)].char_start : neighbours[(version_id, hi)].char_end]
+    """The version's text from chunk ``lo``'s start to chunk ``hi``'s end.
+
+    A chunk whose text is longer than its character range (a later part of a long table, which
+    repeats the table's caption and header row before its rows: ``knowledge.ingestion.splitters``)
+    keeps that leading text, so the passage still says what the columns mean.
+    """
+    first = neighbours[(version_id, lo)]
+    body = text[first.char_start : neighbours[(version_id, hi)].char_end]
+    extra = len(first.text) - (first.char_end - first.char_start)
+    if extra > 0 and first.text.endswith(text[first.char_start : first.char_end]):
+        body = first.text[:extra] + body
+    return body
 
 
 def text_defang(text: str) -> str:

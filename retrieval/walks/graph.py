@@ -1,5 +1,5 @@
 """The query-time graph walks build, for one document: facts, the entities they name, and the walk
-steps that found them, drawn as a server-rendered SVG.
+steps that found them, drawn as a server-rendered SVG (template ``retrieval/walks/graph.svg``).
 
 Seed ``walkingrag-multi-turn.txt``: the walk builds "a knowledge graph of the document ... at query
 time". Nodes: the document's live facts the viewer may see, the named entities they name
@@ -13,9 +13,9 @@ Reingold), seeded, so a page draws the same picture each time.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from html import escape
 
 import networkx as nx
+from django.template.loader import render_to_string
 
 from retrieval.filters import RetrievalFilter
 from retrieval.walks.models import WalkStep
@@ -74,8 +74,9 @@ def document_graph(*, where: RetrievalFilter, document_id: int, user=None) -> Gr
 
 
 def graph_svg(graph: Graph, *, seed: int = 7) -> str:
-    """``graph`` drawn as an ``<svg>`` element (a string, labels escaped; no inline styles or
-    scripts, so it passes the portal's Content-Security-Policy). Empty string for an empty graph."""
+    """``graph`` drawn as an ``<svg>`` element (template ``retrieval/walks/graph.svg``: labels
+    escaped, no inline styles or scripts, so it passes the portal's Content-Security-Policy).
+    Empty string for an empty graph."""
     if not graph.nodes:
         return ""
     network = nx.Graph()
@@ -93,31 +94,23 @@ def graph_svg(graph: Graph, *, seed: int = 7) -> str:
             MARGIN / 2 + (y - min(ys)) / span_y * (HEIGHT - 1.5 * MARGIN),
         )
 
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" class="walk-graph"'
-        ' aria-label="Facts found in this document, the entities they name and the walk queries that found them">',
-        '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" orient="auto">'
-        '<path d="M0,0 L10,5 L0,10 z" fill="#94a3b8"/></marker></defs>',
-    ]
+    edges = []
     for a, b, relation in graph.edges:
         (x1, y1), (x2, y2) = at(a), at(b)
-        dash = ' stroke-dasharray="4 3"' if relation == "names" else ""
-        parts.append(
-            f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" stroke="#94a3b8" stroke-width="1.2"{dash}'
-            f' marker-end="url(#arrow)" data-relation="{escape(relation)}"><title>{escape(relation)}</title></line>'
-        )
+        edges.append({"x1": f"{x1:.1f}", "y1": f"{y1:.1f}", "x2": f"{x2:.1f}", "y2": f"{y2:.1f}", "relation": relation})
+    nodes = []
     for node, data in graph.nodes.items():
         x, y = at(node)
-        color = COLORS[data["kind"]]
-        shape = (
-            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="7" fill="{color}"/>'
-            if data["kind"] != "query"
-            else f'<rect x="{x - 7:.1f}" y="{y - 7:.1f}" width="14" height="14" fill="{color}"/>'
+        nodes.append(
+            {
+                **data,
+                "color": COLORS[data["kind"]],
+                "x": f"{x:.1f}",
+                "y": f"{y:.1f}",
+                "left": f"{x - 7:.1f}",
+                "top": f"{y - 7:.1f}",
+                "label_y": f"{y + 20:.1f}",
+            }
         )
-        parts.append(
-            f'<g class="node {data["kind"]}" data-kind="{data["kind"]}"><title>{escape(data["title"])}</title>{shape}'
-            f'<text x="{x:.1f}" y="{y + 20:.1f}" text-anchor="middle" font-size="11" fill="#1f2937">'
-            f"{escape(data['label'])}</text></g>"
-        )
-    parts.append("</svg>")
-    return "".join(parts)
+    context = {"width": WIDTH, "height": HEIGHT, "edges": edges, "nodes": nodes}
+    return render_to_string("retrieval/walks/graph.svg", context).strip()

@@ -27,11 +27,11 @@ from core.replicas import read_connection
 from knowledge.embedders import get_embedder
 from knowledge.models import Chunk
 from retrieval.filters import RetrievalFilter
+from retrieval.fusion import rrf
 from retrieval.walks.models import Fact, Walk
 
 logger = logging.getLogger(__name__)
 
-RRF_K = 60  # reciprocal rank fusion constant (Cormack et al., SIGIR 2009)
 MAX_FACT_CHARS = 400
 
 
@@ -195,23 +195,19 @@ def facts_search(
     id, score), ...]`` best first, at most ``limit``.
 
     BM25 over the facts' text and, with ``embedder`` (or a query ``vector``, unit length),
-    cosine similarity of the facts' embeddings, fused by RRF (k = 60); without either only BM25.
+    cosine similarity of the facts' embeddings, fused by RRF (``retrieval.fusion.rrf``, k = 60);
+    without either only BM25.
     """
-    lists = [_rows(_BM25, {"query": query, "limit": limit}, where)]
+    lists = {"lexical": _rows(_BM25, {"query": query, "limit": limit}, where)}
     if vector is None and embedder:
         vector = np.asarray(get_embedder(embedder).embed_query(query), dtype=np.float32)
     if vector is not None and embedder:
         vector = np.asarray(vector, dtype=np.float32).reshape(-1)
         params = {"vector": vector.tolist(), "embedder": embedder, "dims": int(vector.shape[0]), "limit": limit}
-        lists.append(_rows(_DENSE, params, where))
-    scores: dict[int, float] = {}
-    chunk_of: dict[int, int] = {}
-    for ranking in lists:
-        for rank, (fact_id, chunk_id, _score) in enumerate(ranking, start=1):
-            scores[fact_id] = scores.get(fact_id, 0.0) + 1.0 / (RRF_K + rank)
-            chunk_of[fact_id] = chunk_id
-    ranked = sorted(scores.items(), key=lambda pair: -pair[1])[:limit]
-    return [(fact_id, chunk_of[fact_id], score) for fact_id, score in ranked]
+        lists["dense"] = _rows(_DENSE, params, where)
+    chunk_of = {fact_id: chunk_id for rows in lists.values() for fact_id, chunk_id, _score in rows}
+    ranked = rrf({name: [(fact_id, score) for fact_id, _chunk_id, score in rows] for name, rows in lists.items()})
+    return [(fact_id, chunk_of[fact_id], score) for fact_id, score in ranked[:limit]]
 
 
 def memory_search(

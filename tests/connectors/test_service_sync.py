@@ -203,3 +203,12 @@ def test_the_secret_is_stored_encrypted_and_never_audited(source, tenant):
     assert events.count() == 2
     assert all("xoxb" not in str(e.changes) for e in events)
     assert events.get(action="source.changed").changes == {"secret": "changed"}
+
+
+def test_a_file_may_not_be_ingested_into_a_synced_source(source, tenant):
+    from core.errors import InvalidInput
+    from knowledge.services import source_get_or_create
+
+    with pytest.raises(InvalidInput, match="its connector"):
+        source_get_or_create(tenant=tenant, name="team-slack", kind="upload")
+    assert source_get_or_create(tenant=tenant, name="team-slack", kind="slack") == source

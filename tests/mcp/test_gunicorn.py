@@ -55,6 +55,6 @@ def test_gunicorns_threaded_workers_serve_mcp_with_the_sdks_client(gunicorn_url,
 
     tools, found, answer = with_session(gunicorn_url, key, work)
 
-    assert {tool.name for tool in tools.tools} == {"search", "ask", "fetch", "list_sources"}
+    assert {tool.name for tool in tools.tools} == {"search", "ask", "fetch", "list_sources", "attach_file"}
     assert [r["document_id"] for r in found.structured_content["results"]] == [acme.documents["public"].pk]
     assert answer.structured_content["citations"] and answer.structured_content["trace_id"]

@@ -23,7 +23,7 @@ from tests.conftest import DATABASES_2023, DATABASES_2025
 from tests.factories import SourceFactory
 from tests.mcp.conftest import call, key_for, with_session
 
-TOOLS = {"search", "ask", "fetch", "list_sources"}
+TOOLS = {"search", "ask", "fetch", "list_sources", "attach_file"}
 
 
 def error_of(result) -> dict:
@@ -45,7 +45,7 @@ def releases(acme):
     return Document.objects.get(tenant=acme.tenant, external_id="ref/databases")
 
 
-def test_the_four_tools_are_listed_with_their_argument_schemas(mcp_url, member_key):
+def test_the_five_tools_are_listed_with_their_argument_schemas(mcp_url, member_key):
     async def work(session):
         return await session.list_tools()
 

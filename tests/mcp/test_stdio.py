@@ -38,7 +38,7 @@ def test_the_stdio_command_serves_the_tools_as_the_tokens_member(acme):
 
     tools, found, answer, sources, bad, hidden = _over_stdio(["--token", key], work)
 
-    assert {tool.name for tool in tools.tools} == {"search", "ask", "fetch", "list_sources"}
+    assert {tool.name for tool in tools.tools} == {"search", "ask", "fetch", "list_sources", "attach_file"}
     assert [row["document_id"] for row in found.structured_content["results"]] == [acme.documents["public"].pk]
     assert answer.structured_content["found"] is True and answer.structured_content["conversation_id"]
     assert answer.structured_content["citations"][0]["document_id"] == acme.documents["public"].pk

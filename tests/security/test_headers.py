@@ -95,11 +95,17 @@ PRODUCTION = {
     "DEBUG": "false",
     "KB_HTTPS": "true",
     "ALLOWED_HOSTS": "kb.example.com",
+    # A Fernet key of its own for stored secrets (without one, check --deploy warns core.W006).
+    "KB_SECRET_KEYS": "ZmRlcmpuZXQta2V5LWZvci10ZXN0cy0wMTIzNDU2Nzg=",
 }
 
 
 def manage_py_check_deploy(extra_env: dict[str, str]) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "KB_HTTPS", "ALLOWED_HOSTS", "SECRET_KEY")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("DEBUG", "KB_HTTPS", "ALLOWED_HOSTS", "SECRET_KEY", "KB_SECRET_KEYS")
+    }
     env.update(DJANGO_SETTINGS_MODULE="config.settings", **extra_env)
     code = (
         "import django; django.setup(); from django.core.management import call_command; "

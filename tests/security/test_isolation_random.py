@@ -9,7 +9,8 @@ seed is printed; rerun one with ``KB_ISOLATION_SEED=<seed>``.
 
 Each tenant also holds documents synced from a service (a scripted Slack) whose permissions the
 seed draws: public, a channel of drawn members, drawn e-mail addresses, or unreadable (admins
-only).
+only); and a file its member attached to a conversation of theirs, which no one else may see,
+owners and admins included.
 
 Users: every role of each tenant, a member in the restricted group, a member granted the restricted
 document, and ``roamer``, a member of both tenants (who asks with ``X-Tenant``). Each user also
@@ -58,7 +59,7 @@ from retrieval.filters import RetrievalFilter
 from retrieval.models import Trace
 from retrieval.pipeline import pipeline_answer
 from retrieval.walks.models import Walk
-from tests.acl_world import markers, synced_documents, tenant_world
+from tests.acl_world import attached_document, markers, synced_documents, tenant_world
 from tests.api.conftest import client_for
 from tests.connectors.scripted import scripted_service
 from tests.knowledge.web_site import WebSite
@@ -123,6 +124,7 @@ def worlds(db, tmp_path, monkeypatch):
     draw = random.Random(_seed())
     for world in worlds.values():
         synced_documents(world, scripted_service(monkeypatch, tenant_id=world.tenant.pk), draw)
+        attached_document(world)  # the member's file in a conversation of theirs: theirs alone
     side_doors = _side_doors(worlds, tmp_path / "data")
     # A member of both tenants, in neither's restricted group.
     roamer = worlds["acme"].users["member"].__class__.objects.create_user(username="roamer", password="pass-word-123")
@@ -192,6 +194,10 @@ class Probe:
             or (world is not self.world and who == "roamer" and key not in world.visible_keys("roamer"))
         ]
         self.patterns = [(d, m) for d in self.forbidden for m in markers(d)]
+        # The admin site shows a tenant's owners and admins every row of their tenant, the files its
+        # members attached to conversations included (docs/people.md): only there may they see them.
+        attached = self.world.documents.get("attached") if who in ("owner", "admin") else None
+        self.admin_patterns = [(d, m) for d, m in self.patterns if d != attached]
         self.api = client_for(self.user)
         if who == "roamer":  # several tenants: the API needs the tenant named
             self.api.credentials(HTTP_AUTHORIZATION=self.api._credentials["HTTP_AUTHORIZATION"], HTTP_X_TENANT=slug)
@@ -215,7 +221,7 @@ class Probe:
                 pass
         else:
             text = body
-        for document, marker in self.patterns:
+        for document, marker in self.admin_patterns if what.startswith("admin /admin/") else self.patterns:
             assert marker not in text, f"LEAK to {self.user.username}: {document.external_id} ({marker!r}) in {what}"
         self.checked += 1
 
@@ -329,6 +335,7 @@ def api_probes(p: Probe, ids: dict) -> list:
     for pk in ids["conversation"]:
         probes.append((f"GET conversation {pk}", lambda pk=pk: api.get(f"/api/v1/conversations/{pk}/")))
         probes.append((f"DELETE conversation {pk}", lambda pk=pk: _delete_unless_own(api, p, pk)))
+        probes.append((f"GET conversation {pk} files", lambda pk=pk: api.get(f"/api/v1/conversations/{pk}/files/")))
     for pk in _sample(rng, ids["conversation"], p.own_conversations):
         body = {"question": rng.choice(QUESTIONS), "extractive": True, "conversation": pk}
         probes.append((f"POST ask in conversation {pk}", lambda b=body: api.post("/api/v1/ask/", b, format="json")))
@@ -415,6 +422,12 @@ def portal_probes(p: Probe, ids: dict) -> list:
     ]
     for pk in ids["document"]:
         probes.append((f"portal document {pk}", lambda pk=pk: portal.get(reverse("portal:document", args=[pk]))))
+        probes.append(  # the cited page's viewer, and the kept original PDF (portal.viewer)
+            (f"portal viewer {pk}", lambda pk=pk: portal.get(f"{reverse('portal:document-view', args=[pk])}?chunk=0"))
+        )
+        probes.append(
+            (f"portal original {pk}", lambda pk=pk: portal.get(reverse("portal:document-original", args=[pk, 1])))
+        )
     for pk in ids["walk"]:
         probes.append((f"portal walk {pk}", lambda pk=pk: portal.get(reverse("portal:walk", args=[pk]))))
         probes.append(

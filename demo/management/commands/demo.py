@@ -18,6 +18,7 @@ from django.core.management import call_command
 from core.commands import TenantCommand
 from core.errors import ApplicationError
 from demo.services import EXAMPLE_QUESTION, FIRST_SOURCE, SOURCES, demo_setup, demo_sources_sync_background
+from people.answer_text import answer_head_lines
 from people.asking import ask
 
 
@@ -63,8 +64,9 @@ class Command(TenantCommand):
         )
         run = example_run(tenant=setup.tenant, question=EXAMPLE_QUESTION)
         answer = run.answer
-        short = f"Short answer: {answer.short_answer}\n" if answer.short_answer else ""
-        self.stdout.write(f"\nQ: {EXAMPLE_QUESTION}\n{short}{answer.text}")
+        head = answer_head_lines(answer)  # the short answer, else the lead passage, as the portal shows them
+        head_text = "".join(f"{line}\n" for line in head)
+        self.stdout.write(f"\nQ: {EXAMPLE_QUESTION}\n{head_text}{answer.text}")
         for citation in answer.citations:
             d = citation.as_dict()
             self.stdout.write(

@@ -3,7 +3,9 @@ import json
 from django.core.management.base import CommandError
 
 from core.commands import TenantCommand
+from knowledge.pages import page_label
 from knowledge.versions import as_of_parse
+from people.answer_text import answer_head_lines
 from people.asking import ask
 from retrieval.pipeline import PIPELINE_NAMES
 from retrieval.stages.rerank.near_duplicates import duplicate_lines
@@ -11,8 +13,9 @@ from retrieval.stages.rerank.near_duplicates import duplicate_lines
 
 class Command(TenantCommand):
     help = (
-        "Answer a question: the short answer, then the explanation with citations (sentences no passage "
-        "supports are listed after it); with --user, the answer is kept in that member's conversations: "
+        "Answer a question: the short answer (else the passage that leads it), then the explanation with "
+        "citations (sentences no passage supports are listed after it); with --user, the answer is kept in "
+        "that member's conversations: "
         'manage.py ask --tenant SLUG [--pipeline NAME] [--user NAME [--conversation ID]] [--json] "QUESTION"'
     )
 
@@ -63,8 +66,9 @@ class Command(TenantCommand):
             self.stdout.write(json.dumps(payload, ensure_ascii=False))
             return
         answer = run.answer
-        if answer.short_answer:
-            self.stdout.write(f"Short answer: {answer.short_answer}\n")
+        head = answer_head_lines(answer)  # the short answer, else the lead passage, as the portal shows them
+        if head:
+            self.stdout.write("\n".join(head) + "\n")
         self.stdout.write(answer.text + "\n")
         for sentence in answer.unsupported:
             self.stdout.write(f"Not supported by the passages: {sentence}")
@@ -72,8 +76,9 @@ class Command(TenantCommand):
             self.stdout.write("")
         for c in answer.citations:
             d = c.as_dict()
+            pages = f", {page_label(d['page'], d['page_end'])}" if d["page"] else ""
             self.stdout.write(
-                f"[{d['n']}] {d['title']} (v{d['version']} of {d['version_date']}, chunk {d['chunk']}) {d['uri']}"
+                f"[{d['n']}] {d['title']} (v{d['version']} of {d['version_date']}, chunk {d['chunk']}{pages}) {d['uri']}"
             )
             for line in duplicate_lines(d):
                 self.stdout.write(f"    {line}")

@@ -1,6 +1,7 @@
 import json
 
 from core.commands import TenantCommand
+from knowledge.pages import chunk_pages, page_label
 from knowledge.selectors import source_ids_for_names
 from knowledge.versions import as_of_parse
 from retrieval.search import MODES, chunk_search
@@ -45,8 +46,10 @@ class Command(TenantCommand):
             self.stdout.write(json.dumps(payload, ensure_ascii=False))
             return
         for r in response.results:
+            pages = page_label(**chunk_pages(r.chunk))
             self.stdout.write(
-                f"{r.rank:>3}. {r.score:.4f}  {r.chunk.version.document.external_id} v{r.chunk.version.number} #{r.chunk.ordinal}  {r.chunk.heading}"
+                f"{r.rank:>3}. {r.score:.4f}  {r.chunk.version.document.external_id} v{r.chunk.version.number} #{r.chunk.ordinal}"
+                f"{'  ' + pages if pages else ''}  {r.chunk.heading}"
             )
             for line in duplicate_lines(r.as_dict(with_text=False)):
                 self.stdout.write(f"       {line}")

@@ -146,8 +146,7 @@ def rerank(run, results, *, k: int):
     tenant_id = run.tenant.pk
     version_ids = sorted({r.chunk.version_id for r in results})
     dups = duplicates_for_versions(tenant=run.tenant, version_ids=version_ids)
-    access = run.where.access
-    hidden = set(access.denied_versions) if access is not None and access.restricts else set()
+    hidden = run.where.versions_hidden()  # access rules, and other conversations' attached files
     if hidden:  # places the asker may not see are never listed, nor collapsed to
         dups.also_in = {v: [p for p in places if p.version_id not in hidden] for v, places in dups.also_in.items()}
         dups.members = {c: [p for p in places if p.version_id not in hidden] for c, places in dups.members.items()}
