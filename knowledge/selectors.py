@@ -30,11 +30,6 @@ def membership_for_user(user) -> Membership:
     return memberships[0]
 
 
-def tenant_for_user(user) -> Tenant:
-    """The tenant the user belongs to, if only one; errors as ``membership_for_user``."""
-    return membership_for_user(user).tenant
-
-
 def document_list(
     *, tenant: Tenant, source_name: str | None = None, user=None, deleted: bool = False
 ) -> QuerySet[Document]:
