@@ -4,10 +4,12 @@ the reads of it (the portal's viewer opens a cited page there).
 Where: ``<KB_DATA_DIR>/files/<tenant id>/<document id>/<version number>.pdf``, and beside it
 ``<number>.regions.npy``, the version's line boxes (``knowledge.pages``: ``[page, x0, top, x1,
 bottom, start, end]`` a row, float64, NumPy's ``.npy`` format without pickles: 50,000 lines load
-in milliseconds, where the same as JSON took hundreds). They are written once the version's
-transaction commits and removed with the document, its source or its tenant
-(``knowledge.services.originals``). A version ingested before originals were kept, or of a
-format that is not kept (anything but PDF), has none: callers fall back to the document page.
+in milliseconds, where the same as JSON took hundreds), and ``<number>.figure-<index>.png``, the
+pictures of its figures (``knowledge.figures``: an office file's are written with the version, a
+PDF's when first shown). They are written once the version's transaction commits and removed with
+the document, its source or its tenant (``knowledge.services.originals``). A version ingested
+before originals were kept, or of a format whose original is not kept (anything but PDF), has no
+original: callers fall back to the document page.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from knowledge.pages import chunk_pages, regions_on_pages
 ORIGINALS_FOLDER = "files"
 ORIGINAL_SUFFIX = ".pdf"
 REGIONS_SUFFIX = ".regions.npy"
+FIGURE_SUFFIX = ".png"
 
 
 def tenant_originals_folder(tenant_id: int) -> Path:
@@ -49,6 +52,12 @@ def regions_path(*, tenant_id: int, document_id: int, number: int) -> Path:
     return document_originals_folder(tenant_id=tenant_id, document_id=document_id) / f"{int(number)}{REGIONS_SUFFIX}"
 
 
+def figure_path(*, tenant_id: int, document_id: int, number: int, index: int) -> Path:
+    """The picture of figure ``index`` of version ``number`` of a document (it may not exist)."""
+    folder = document_originals_folder(tenant_id=tenant_id, document_id=document_id)
+    return folder / f"{int(number)}.figure-{int(index)}{FIGURE_SUFFIX}"
+
+
 @dataclass
 class CitedPage:
     """Where a chunk of a kept PDF is: the ``document``, its ``version``, the ``chunk`` (``None``
@@ -66,10 +75,10 @@ class CitedPage:
     boxes: dict[int, list[list[float]]] = field(default_factory=dict)
 
 
-def _visible_version(*, tenant: Tenant, user, document_id: int, number: int | None) -> DocumentVersion:
+def version_visible_get(*, tenant: Tenant, user, document_id: int, number: int | None) -> DocumentVersion:
     """Version ``number`` (``None``: the current one) of document ``document_id`` of ``tenant`` with
-    its document, when ``user`` may see the document; ``NotFound`` otherwise (the same words for
-    a hidden one)."""
+    its document (``version.document``), when ``user`` may see the document; ``NotFound``
+    otherwise (the same words for a hidden one); ``PermissionDenied`` for a non-member."""
     scope = access_scope_get(tenant=tenant, user=user)
     document = documents_visible(Document.objects.for_tenant(tenant), scope).filter(pk=document_id).first()
     version = None
@@ -87,7 +96,7 @@ def original_get(*, tenant: Tenant, user, document_id: int, number: int) -> Path
     see the document (``knowledge.access``). ``NotFound`` for a document of another tenant, one
     hidden from ``user``, a version it does not have, or a version whose original is not kept;
     ``PermissionDenied`` when ``user`` is not a member of ``tenant``."""
-    version = _visible_version(tenant=tenant, user=user, document_id=document_id, number=number)
+    version = version_visible_get(tenant=tenant, user=user, document_id=document_id, number=number)
     path = original_path(tenant_id=tenant.pk, document_id=document_id, number=version.number)
     if not path.is_file():
         raise NotFound(f"The original file of document {document_id}, version {number}, is not kept.")
@@ -99,7 +108,7 @@ def cited_page_get(*, tenant: Tenant, user, document_id: int, number: int | None
     ``document_id`` is in the version's kept original (``CitedPage``). ``NotFound`` as ``original_get`` for a document ``user`` may
     not see or a version it does not have; a version without a kept original, or a chunk that is
     gone, still answers (``original`` or ``chunk`` ``None``), for the caller to fall back."""
-    version = _visible_version(tenant=tenant, user=user, document_id=document_id, number=number)
+    version = version_visible_get(tenant=tenant, user=user, document_id=document_id, number=number)
     chunk = None
     if ordinal is not None:
         chunk = (

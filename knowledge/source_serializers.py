@@ -173,7 +173,10 @@ class SyncRunOutputSerializer(serializers.Serializer):
     unchanged = serializers.IntegerField()
     deleted = serializers.IntegerField()
     failed = serializers.IntegerField()
-    errors = serializers.JSONField(help_text='[{"document", "error"}] for each document that failed alone.')
+    errors = serializers.JSONField(
+        help_text='[{"document", "error"}] for each document that failed alone, and for each whose '
+        "scanned pages went over the OCR page budget (the pages not read).",
+    )
     error = serializers.CharField()
     permissions = serializers.JSONField(
         help_text='A service source\'s permission sync: {"groups", "public", "restricted", "unreadable" '

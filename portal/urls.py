@@ -1,11 +1,11 @@
 """Portal URLs: sign in and out, ask a question (or stream its answer), read a cited document (or see
-the cited page of its original PDF), see the sources, upload files into them and (admins) test a
-service source's connection."""
+the cited page of its original PDF, or a cited figure's picture), see the sources, upload files
+into them and (admins) test a service source's connection."""
 
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from portal import attachments, service_sources, viewer, views, walks
+from portal import attachments, figures, service_sources, viewer, views, walks
 
 app_name = "portal"
 urlpatterns = [
@@ -46,6 +46,11 @@ urlpatterns = [
         "documents/<int:document_id>/versions/<int:number>/original.pdf",
         viewer.document_original,
         name="document-original",
+    ),
+    path(
+        "documents/<int:document_id>/versions/<int:number>/figures/<int:index>.png",
+        figures.figure_image,
+        name="document-figure",
     ),
     path("walks/", walks.walks, name="walks"),
     path("walks/<int:walk_id>/", walks.walk_detail, name="walk"),

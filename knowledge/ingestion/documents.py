@@ -28,7 +28,9 @@ class ReadDocument:
     ``text`` is normalized (NFC, ``\\n`` line ends, no trailing spaces, at most one blank line);
     ``sections`` are in ascending ``start`` order. ``original`` holds the file's bytes when the
     document is kept as it was made, to be shown (a PDF: ``knowledge.services.originals``), else
-    ``None``.
+    ``None``. ``images`` holds the pictures an office reader keeps to be shown beside citations
+    (PNGs, listed in ``metadata["figures"]``: ``knowledge.ingestion.office_images``), written
+    beside the originals when the version is stored.
     """
 
     external_id: str
@@ -39,6 +41,7 @@ class ReadDocument:
     metadata: dict = field(default_factory=dict)
     sections: list[Section] = field(default_factory=list)
     original: bytes | None = field(default=None, repr=False, compare=False)
+    images: list[bytes] = field(default_factory=list, repr=False, compare=False)
 
 
 # UAX #15's Stream-Safe Text Format: at most 30 non-starters (characters of a non-zero canonical

@@ -7,7 +7,10 @@ after) the table that holds a "Table" number sequence, as office programs write 
 cells and rows count as many times as they repeat (at most ``_MAX_REPEAT``); a cell spanning
 rows is repeated in each (in its first column), the other positions it covers stay empty; a
 table nested in a cell is flattened into that cell's text. Pictures (``draw:image`` in frames)
-are read with OCR where they stand (``knowledge.ingestion.office_images``).
+are read with OCR where they stand (``knowledge.ingestion.office_images``), and kept to be shown
+with their caption: the paragraph around the picture's frame (a captioned frame's text box, as
+LibreOffice writes one) or right after (else right before) its paragraph that holds a "Figure",
+"Illustration" or "Drawing" number sequence.
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ _ODT_SKIPPED = {
     (_TEXT_NS, "user-field-decls"),
     ("urn:oasis:names:tc:opendocument:xmlns:office:1.0", "forms"),
 }
+# The number sequences of a figure's caption (LibreOffice's names, older ones too).
+_FIGURE_SEQUENCES = ("figure", "illustration", "drawing")
 # The most times one cell or row is repeated (``number-columns-repeated``, ``number-rows-repeated``).
 _MAX_REPEAT = 1000
 
@@ -58,16 +63,29 @@ class _OdtPictures:
         self.archive, self.images = archive, images
         self.members = set(archive.namelist())
 
-    def blocks(self, element) -> list[Block]:
-        """The blocks of the pictures in ``element`` (``draw:image`` in frames), in order."""
+    def blocks(self, element, *, caption: str = "") -> list[Block]:
+        """The blocks of the pictures in ``element`` (``draw:image`` in frames), in order;
+        ``caption``: the caption paragraph next to ``element``, for a picture without its own."""
         found = []
         for image in _odt_descendants(element, (_DRAW_NS, "image")):
             href = image.getAttrNS(_XLINK_NS, "href") or ""
             data = self.archive.read(href) if href in self.members else None
-            text = self.images.text(data, alt=_odt_alt(image.parentNode))
-            if text:
-                found.append(Block(text))
+            own = _odt_frame_caption(image.parentNode, stop=element)
+            block = self.images.block(data, alt=_odt_alt(image.parentNode), caption=own or caption)
+            if block is not None:
+                found.append(block)
         return found
+
+
+def _odt_frame_caption(frame, *, stop) -> str:
+    """The caption around a picture's ``frame``: the text of the nearest paragraph holding it
+    (inside ``stop``) that holds a figure's number sequence, as a captioned frame's text box does."""
+    node = getattr(frame, "parentNode", None)
+    while node is not None and node is not stop.parentNode:
+        if getattr(node, "qname", None) == (_TEXT_NS, "p") and _odt_is_caption(node, _FIGURE_SEQUENCES):
+            return line(_odt_text(node, frames=False))
+        node = getattr(node, "parentNode", None)
+    return ""
 
 
 def _odt_descendants(element, qname):
@@ -103,7 +121,7 @@ def _odt_blocks(element, blocks: list[Block], pictures: _OdtPictures) -> None:
             blocks.append(Block(line(_odt_text(child)), heading=True))
         elif child.qname == (_TEXT_NS, "p"):
             blocks.append(Block(_odt_text(child)))
-            blocks.extend(pictures.blocks(child))
+            blocks.extend(pictures.blocks(child, caption=_odt_picture_caption(children, index, caption_indexes)))
         elif child.qname == (_TABLE_NS, "table"):
             caption = _odt_text(children[captions[index]]) if index in captions else ""
             blocks.append(Block(markdown_table(_odt_grid(child), caption=caption)))
@@ -129,11 +147,22 @@ def _odt_captions(children: list) -> dict[int, int]:
     return captions
 
 
-def _odt_is_caption(element) -> bool:
+def _odt_picture_caption(children: list, index: int, taken: set[int]) -> str:
+    """The caption of the pictures of paragraph ``index``: the paragraph right after it (else
+    right before it) that holds a figure's number sequence and is no table's caption."""
+    for candidate in (index + 1, index - 1):
+        if 0 <= candidate < len(children) and candidate not in taken:
+            if _odt_is_caption(children[candidate], _FIGURE_SEQUENCES):
+                return line(_odt_text(children[candidate], frames=False))
+    return ""
+
+
+def _odt_is_caption(element, names: tuple[str, ...] = ("table",)) -> bool:
+    """Whether ``element`` is a paragraph holding a number sequence named one of ``names``."""
     if element.qname != (_TEXT_NS, "p"):
         return False
     return any(
-        (sequence.getAttrNS(_TEXT_NS, "name") or "").lower() == "table"
+        (sequence.getAttrNS(_TEXT_NS, "name") or "").lower() in names
         for sequence in _odt_descendants(element, (_TEXT_NS, "sequence"))
     )
 
@@ -214,15 +243,18 @@ _NOT_TEXT = {(_SVG_NS, "title"), (_SVG_NS, "desc")}
 _MAX_SPACES = 100
 
 
-def _odt_text(element) -> str:
+def _odt_text(element, *, frames: bool = True) -> str:
     """The text of ``element`` as odfpy's ``teletype.extractText`` gives it (``text:s``,
     ``text:tab`` and ``text:line-break`` as whitespace), without pictures' alternative text and
-    with at most ``_MAX_SPACES`` spaces per ``text:s``."""
+    with at most ``_MAX_SPACES`` spaces per ``text:s``; without ``frames``, without the text of
+    the frames it holds either (a caption's own text)."""
     parts = []
     for child in element.childNodes:
         if child.nodeType == child.TEXT_NODE:
             parts.append(child.data)
         elif child.nodeType != child.ELEMENT_NODE or child.qname in _NOT_TEXT:
+            continue
+        elif not frames and child.qname == (_DRAW_NS, "frame"):
             continue
         elif child.qname == (_TEXT_NS, "line-break"):
             parts.append("\n")
@@ -231,5 +263,5 @@ def _odt_text(element) -> str:
         elif child.qname == (_TEXT_NS, "s"):
             parts.append(" " * _odt_count(child.getAttrNS(_TEXT_NS, "c"), most=_MAX_SPACES))
         else:
-            parts.append(_odt_text(child))
+            parts.append(_odt_text(child, frames=frames))
     return "".join(parts)

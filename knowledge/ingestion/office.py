@@ -26,6 +26,11 @@ Pictures in .docx (in paragraphs), .pptx (picture shapes, groups too) and .odt (
 with OCR and kept where they stand as ``[Image: <text>]`` (``knowledge.ingestion.office_images``:
 icons skipped, at most ``KB_OCR_MAX_PAGES`` per document, counted in ``metadata["ocr_images"]``
 and ``["ocr_images_skipped"]``). Pictures inside table cells, headers and footers are not read.
+Each picture kept as text is kept as a PNG too, to be shown beside citations (at most
+``office_images.MAX_PICTURES``: ``ReadDocument.images``, listed in ``metadata["figures"]``); a
+.docx picture's caption is the paragraph styled "Caption" right after its paragraph (else right
+before it) that no table took, an .odt's the paragraph holding a "Figure", "Illustration" or
+"Drawing" number sequence around it or next to it.
 
 A .pptx is paged: its slides are its pages, ``metadata["pages"]`` (all slides) and
 ``["page_starts"]`` (where each slide's text starts; a slide without text starts where the next
@@ -270,7 +275,8 @@ def _read_docx(data: bytes, blocks: Blocks, images: ImageReader) -> Parsed:
         return style_names[item._p.style]
 
     items = list(document.iter_inner_content())
-    captions = _docx_captions(items, [style(item) for item in items])
+    styles = [style(item) for item in items]
+    captions = _docx_captions(items, styles)
     caption_indexes = set(captions.values())
     for index, item in enumerate(items):
         if index in caption_indexes:
@@ -282,7 +288,8 @@ def _read_docx(data: bytes, blocks: Blocks, images: ImageReader) -> Parsed:
             blocks.append(Block(line(item.text), heading=True))
         else:
             blocks.append(Block(item.text))
-            blocks.extend(_docx_pictures(item, document.part, images))
+            caption = _docx_picture_caption(items, styles, index, taken=caption_indexes)
+            blocks.extend(_docx_pictures(item, document.part, images, caption=caption))
     return Parsed(document.core_properties.title or "", first_heading(blocks), metadata=images.metadata())
 
 
@@ -302,6 +309,15 @@ def _docx_captions(items: list, styles: list[str]) -> dict[int, int]:
                 taken.add(candidate)
                 break
     return captions
+
+
+def _docx_picture_caption(items: list, styles: list[str], index: int, *, taken: set[int]) -> str:
+    """The caption of the pictures of paragraph ``index``: the paragraph styled "Caption" right
+    after it, else right before it, that is no table's caption; "" for none."""
+    for candidate in (index + 1, index - 1):
+        if 0 <= candidate < len(items) and styles[candidate] == "Caption" and candidate not in taken:
+            return line(items[candidate].text)
+    return ""
 
 
 def _docx_rows(table) -> list[list[str]]:
@@ -331,8 +347,9 @@ def _docx_cell_text(cell) -> str:
     return " ".join(parts)
 
 
-def _docx_pictures(paragraph, part, images: ImageReader) -> list[Block]:
-    """The blocks of the pictures in a paragraph (DrawingML, and VML in older files), in order."""
+def _docx_pictures(paragraph, part, images: ImageReader, *, caption: str = "") -> list[Block]:
+    """The blocks of the pictures in a paragraph (DrawingML, and VML in older files), in order;
+    ``caption``: the paragraph's caption paragraph's text, for its pictures."""
     blocks, seen = [], set()
     for element in paragraph._p.iter(_BLIP, _VML_IMAGE):
         if any(ancestor.tag == _FALLBACK for ancestor in element.iterancestors()):
@@ -342,9 +359,9 @@ def _docx_pictures(paragraph, part, images: ImageReader) -> list[Block]:
         if key in seen or related is None:
             continue
         seen.add(key)
-        text = images.text(getattr(related, "blob", None), alt=_docx_alt(element))
-        if text:
-            blocks.append(Block(text))
+        block = images.block(getattr(related, "blob", None), alt=_docx_alt(element), caption=caption)
+        if block is not None:
+            blocks.append(block)
     return blocks
 
 
@@ -397,8 +414,8 @@ def _pptx_shape(shape, images: ImageReader, page: int) -> list[Block]:
             blob = shape.image.blob
         except Exception:  # a linked picture, or one whose part is missing
             blob = None
-        text = images.text(blob, alt=shape._element._nvXxPr.cNvPr.get("descr", ""), page=page)
-        return [Block(text, page=page)] if text else []
+        block = images.block(blob, alt=shape._element._nvXxPr.cNvPr.get("descr", ""), page=page)
+        return [block] if block is not None else []
     if shape.has_table:
         return [Block(markdown_table(_pptx_rows(shape.table)), page=page)]
     if shape.has_text_frame:

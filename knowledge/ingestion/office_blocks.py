@@ -6,6 +6,10 @@ counted as they come (``Blocks``), and says what it found besides (``Parsed``). 
 normalizes each block and joins them with blank lines; as it knows where each block lands, the
 sections and a paged document's ``page_starts`` are exact offsets in the final text, which is
 not normalized again (``normalize_text`` leaves it as it is).
+
+A picture kept to be shown (``knowledge.ingestion.office_images``) rides on the block of its
+``[Image: ...]`` text: ``document_from`` puts its PNG in ``ReadDocument.images`` and lists it in
+``metadata["figures"]`` at its block's offsets, as the PDF reader lists its figures.
 """
 
 from __future__ import annotations
@@ -23,11 +27,14 @@ _PLACEHOLDER_TITLES = {"powerpoint presentation", "presentation", "document", "u
 @dataclass
 class Block:
     """A heading or a piece of text, in reading order; ``page`` is the page (a slide) it is on,
-    0 in a document without pages."""
+    0 in a document without pages. A picture's block may carry its ``picture`` (a PNG) and
+    ``figure``: ``{"caption", "width", "height"}`` (the PNG's pixels)."""
 
     text: str
     heading: bool = False
     page: int = 0
+    picture: bytes | None = field(default=None, repr=False)
+    figure: dict | None = None
 
 
 @dataclass
@@ -93,10 +100,13 @@ def document_from(blocks: list[Block], parsed: Parsed, *, name: str, external_id
     """The document of ``blocks``: each normalized, those with text joined by a blank line; the
     headings' sections and, when ``parsed.pages``, ``metadata["pages"]`` and
     ``["page_starts"]`` (where each page starts; a page without text starts where the next one
-    does) at their offsets in that text."""
+    does) at their offsets in that text. The blocks' pictures become ``images``, each listed in
+    ``metadata["figures"]`` (``_figure``; only when there are any)."""
     pieces: list[str] = []
     sections: list[Section] = []
     page_offsets: dict[int, int] = {}
+    images: list[bytes] = []
+    figures: list[dict] = []
     position = 0
     for block in blocks:
         text = normalize_text(block.text)
@@ -108,6 +118,9 @@ def document_from(blocks: list[Block], parsed: Parsed, *, name: str, external_id
             sections.append(Section(heading=text, start=position))
         if block.page:
             page_offsets.setdefault(block.page, position)
+        if block.picture and block.figure:
+            figures.append(_figure(block, text, index=len(images), start=position))
+            images.append(block.picture)
         pieces.append(text)
         position += len(text)
     text = "\n\n".join(pieces)
@@ -119,10 +132,37 @@ def document_from(blocks: list[Block], parsed: Parsed, *, name: str, external_id
             following = starts[page - 1] = page_offsets.get(page, following)
         starts[0] = 0
         metadata.update(pages=parsed.pages, page_starts=starts)
+    if figures:
+        metadata["figures"] = figures
     meta_title = line(parsed.meta_title or "")
     if meta_title.lower() in _PLACEHOLDER_TITLES:
         meta_title = ""
     title = meta_title or parsed.first_heading or Path(name).stem
     return ReadDocument(
-        external_id=external_id, uri=uri, title=title[:500], text=text, sections=sections, metadata=metadata
+        external_id=external_id,
+        uri=uri,
+        title=title[:500],
+        text=text,
+        sections=sections,
+        metadata=metadata,
+        images=images,
     )
+
+
+def _figure(block: Block, text: str, *, index: int, start: int) -> dict:
+    """A kept picture as ``metadata["figures"]`` lists it: ``index`` (its place in
+    ``ReadDocument.images`` and in the list), ``caption``, ``page`` (a .pptx's slide, else None),
+    ``start``/``end`` (its normalized ``text``'s offsets in the document's text), ``marker`` (the
+    first line of that text, ``[Image: ...``, what a passage holding it holds) and the PNG's
+    ``width``/``height`` in pixels."""
+    figure = block.figure or {}
+    return {
+        "index": index,
+        "caption": figure.get("caption", ""),
+        "page": block.page or None,
+        "start": start,
+        "end": start + len(text),
+        "marker": text.split("\n", 1)[0],
+        "width": figure.get("width", 0),
+        "height": figure.get("height", 0),
+    }

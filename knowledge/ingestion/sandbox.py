@@ -3,7 +3,8 @@
 The readers of formats that decompress (PDF, and the zip-based .docx .pptx .xlsx .odt .epub), of
 reST and HTML files, and the web connector's reading of a page, run through ``parse_isolated``:
 the process forks, the child lowers its own limits, parses, sends the result (a pickled list of
-``ReadDocument``, or the pickled ``ApplicationError``) back through a pipe and leaves with
+``ReadDocument``, the pictures an office reader keeps among them, or the pickled
+``ApplicationError``) back through a pipe and leaves with
 ``os._exit``; the parent waits for it at most ``KB_PARSE_TIMEOUT_S`` wall seconds (+ ``GRACE_S``)
 and kills it after that. A file that would take gigabytes or minutes to read costs the child,
 never the web process or the worker that asked; every path that reads such a file goes through
@@ -82,8 +83,10 @@ T = TypeVar("T")
 # Wall seconds the parent waits beyond KB_PARSE_TIMEOUT_S (the child's start and its reply).
 GRACE_S = 2.0
 # The most the parent reads back: a reply is the extracted text (KB_PARSE_MAX_CHARS, up to 4 bytes
-# each in UTF-8) and its sections; anything longer is not a reply of ours.
+# each in UTF-8), its sections and the pictures an office reader keeps (at most this many bytes of
+# PNGs: ``knowledge.ingestion.office_images``); anything longer is not a reply of ours.
 _REPLY_OVERHEAD = 16 * 2**20
+REPLY_PICTURES_BYTES = 32 * 2**20
 # A library's "cannot read this file" after the child's address space grew by this share of its
 # memory limit (``VmPeak``) is taken for running out of memory.
 _LIBRARY_FAILURES = {"invalid_document", "invalid_pdf", "parse_failed"}
@@ -183,7 +186,7 @@ def _collect(read_fd: int, pid: int, *, deadline: float, grant: _TimeGrant) -> t
     seconds ``grant`` holds passes; then SIGKILL it. Returns (the child's resident memory when it
     began, in kB, or 0 if it never said;
     the unpickled reply or None; whether the deadline passed)."""
-    limit = _HEADER.size + settings.KB_PARSE_MAX_CHARS * 4 + _REPLY_OVERHEAD
+    limit = _HEADER.size + settings.KB_PARSE_MAX_CHARS * 4 + _REPLY_OVERHEAD + REPLY_PICTURES_BYTES
     received = bytearray()
     timed_out = False
     poller = select.poll()  # not select(): a busy process's descriptors may be past 1024

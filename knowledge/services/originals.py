@@ -1,11 +1,15 @@
-"""Keeping each PDF version's original file (to be shown in the portal's viewer) and removing it
-with its document, source or tenant. Where the files live: ``knowledge.originals``.
+"""Keeping each PDF version's original file (to be shown in the portal's viewer), and an office
+version's pictures (``ReadDocument.images``, shown beside citations: ``knowledge.figures``), and
+removing them with their document, source or tenant. Where the files live: ``knowledge.originals``.
 
 Files are written and removed only once the transaction that stores or deletes the rows
 commits (``transaction.on_commit``): a rolled-back ingestion leaves no file, and a deletion that
 fails keeps the files of the rows it kept. A file written is complete or absent (written to a
-temporary name, then renamed). They are not counted in the tenant's stored-bytes quota, which
-counts version text in the database (``knowledge.quotas``).
+temporary name, then renamed). Each one counts in the tenant's ``stored_bytes`` quota: their size
+is the version's ``original_bytes`` (``original_size``), set when the version is stored, so the
+quota's one query (``knowledge.quotas.usage``) counts them with the version's text. (A PDF
+figure's picture, rendered when first shown, is not counted: at most ``knowledge.figures.MAX_BYTES``
+a figure the reader found.)
 """
 
 from __future__ import annotations
@@ -22,7 +26,13 @@ from django.db import transaction
 
 from knowledge.ingestion.documents import ReadDocument
 from knowledge.models import DocumentVersion
-from knowledge.originals import document_originals_folder, original_path, regions_path, tenant_originals_folder
+from knowledge.originals import (
+    document_originals_folder,
+    figure_path,
+    original_path,
+    regions_path,
+    tenant_originals_folder,
+)
 from knowledge.pages import regions_array
 
 logger = logging.getLogger(__name__)
@@ -31,14 +41,25 @@ logger = logging.getLogger(__name__)
 MAX_REGIONS = 50_000
 
 
+def original_size(read: ReadDocument) -> int:
+    """The size in bytes of the files ``original_keep`` keeps for ``read``, its original and its
+    pictures (0: none kept): what its version's ``original_bytes`` holds and the ``stored_bytes``
+    quota counts."""
+    return len(read.original or b"") + sum(len(png) for png in read.images)
+
+
 def original_keep(*, version: DocumentVersion, read: ReadDocument) -> None:
     """Keep ``read``'s original file (``read.original``; nothing when it is ``None``) as
     ``version``'s, with its line boxes (``read.metadata["regions"]``, when well formed and at most
-    ``MAX_REGIONS``), once the current transaction commits. Call inside the transaction that
-    stores ``version``."""
+    ``MAX_REGIONS``), and its pictures (``read.images``, as ``<number>.figure-<index>.png``), once
+    the current transaction commits. Call inside the transaction that stores ``version``, created
+    with ``original_bytes=original_size(read)``."""
+    where = {"tenant_id": version.tenant_id, "document_id": version.document_id, "number": version.number}
+    if read.images:
+        pictures = [(figure_path(**where, index=index), png) for index, png in enumerate(read.images)]
+        transaction.on_commit(partial(_pictures_write, pictures))
     if not read.original:
         return
-    where = {"tenant_id": version.tenant_id, "document_id": version.document_id, "number": version.number}
     regions = regions_array((read.metadata or {}).get("regions"))
     if regions is not None and len(regions) > MAX_REGIONS:
         regions = None
@@ -55,6 +76,17 @@ def _write(path: Path, data: bytes, regions_file: Path, regions: np.ndarray | No
         _replace(path, lambda file: file.write(data))
     except OSError:
         logger.exception("The original file %s could not be written", path)
+
+
+def _pictures_write(pictures: list[tuple[Path, bytes]]) -> None:
+    """Write each ``(path, png)`` (to a temporary name, then renamed). A failure is logged, not
+    raised: the version is stored, and its figures then show no picture."""
+    for path, png in pictures:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _replace(path, lambda file, png=png: file.write(png))
+        except OSError:
+            logger.exception("The figure %s could not be written", path)
 
 
 def _replace(path: Path, write) -> None:

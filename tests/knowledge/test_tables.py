@@ -254,7 +254,10 @@ def test_icons_are_skipped_and_pictures_past_the_budget_keep_their_alternative_t
     data = saved(document)
     document = read(data, "chart.docx")
     assert document.text == "Logos:\n\n[Image: Organisation chart of the support team]"
-    assert document.metadata == {"ocr_images_skipped": 1}
+    assert document.metadata["ocr_images_skipped"] == 1 and "ocr_images" not in document.metadata
+    # the chart is kept to be shown beside citations (knowledge.figures), the icon is not
+    [figure] = document.metadata["figures"]
+    assert figure["caption"] == "Organisation chart of the support team" and len(document.images) == 1
 
 
 def test_a_docx_picture_left_to_the_ocr_queue_ends_the_read_as_deferred_not_as_a_bad_file():

@@ -265,6 +265,20 @@ def test_the_sources_page_shows_each_sources_kind_and_a_synced_sources_last_sync
     assert "Files" in rows["handbook"] and "not synced" in rows["handbook"]
 
 
+def test_the_sources_page_names_what_the_last_sync_could_not_read(client, tenant, member):
+    wiki = SourceFactory(tenant=tenant, name="wiki", kind=Source.Kind.FOLDER, location="/srv/wiki")
+    notes = [{"document": "scan.pdf", "error": "pages 11-40 not read (OCR budget 10 pages)"}]
+    notes += [{"document": f"broken-{n}.docx", "error": "The file is damaged."} for n in range(6)]
+    SyncRun.objects.create(tenant=tenant, source=wiki, status=SyncRun.Status.DONE, new=3, failed=6, errors=notes)
+    client.force_login(member)
+
+    html = client.get(SOURCES).content.decode()
+    row = dict(re.findall(r'<th scope="row">([^<]+)</th>(.*?)</tr>', html, flags=re.S))["wiki"]
+    assert "scan.pdf: pages 11-40 not read (OCR budget 10 pages)" in row
+    assert "broken-3.docx: The file is damaged." in row and "broken-5.docx" not in row
+    assert "and 2 more" in row
+
+
 def test_a_submission_over_the_request_limit_is_refused_before_its_files_are_read_and_the_form_says_why(
     tenant, editor, settings, upload_dir
 ):
