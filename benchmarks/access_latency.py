@@ -40,6 +40,7 @@ def main() -> None:
     from knowledge.access import access_group_save
     from knowledge.embedders import get_embedder
     from knowledge.models import AccessRule, Chunk, Document
+    from retrieval.request import AnswerRequest
     from retrieval.search import chunk_search
 
     parser = argparse.ArgumentParser()
@@ -107,7 +108,7 @@ def main() -> None:
             who = {"no_user": None, **users}
             for question in QUESTIONS:  # warm-up: model load, query embedding cache, plans
                 for user in who.values():
-                    chunk_search(tenant=tenant, query=question, k=args.k, user=user)
+                    chunk_search(AnswerRequest(question=question, k=args.k), tenant=tenant, user=user)
             times: dict = {(name, mode): [] for name in who for mode in ("hybrid", "lexical", "dense")}
             leaks = 0
             names = list(who)
@@ -121,7 +122,9 @@ def main() -> None:
                             if args.uncached and hasattr(embedder, "query_cache_clear"):
                                 embedder.query_cache_clear()
                             started = time.perf_counter()
-                            response = chunk_search(tenant=tenant, query=question, k=args.k, mode=mode, user=user)
+                            response = chunk_search(
+                                AnswerRequest(question=question, k=args.k, mode=mode), tenant=tenant, user=user
+                            )
                             times[(name, mode)].append((time.perf_counter() - started) * 1000)
                             if name == "outside":
                                 leaks += sum(r.chunk.version.document_id in hidden for r in response.results)

@@ -23,6 +23,7 @@ def main() -> None:
     from quality.importers import dataset_load
     from quality.models import Judgment
     from retrieval.pipeline import pipeline_answer
+    from retrieval.request import AnswerRequest
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--datasets", nargs="+", default=["bioasq", "hotpotqa"], choices=list(DATASETS))
@@ -48,9 +49,8 @@ def main() -> None:
         for number, judgment in enumerate(judgments, 1):
             started = time.perf_counter()
             run = pipeline_answer(
+                AnswerRequest(question=judgment.question[:2000], pipeline="adaptive"),
                 tenant=tenant,
-                question=judgment.question[:2000],
-                pipeline="adaptive",
                 overrides=overrides or None,
                 trace=False,
             )

@@ -141,6 +141,7 @@ def product_answer(tenant, question: str, pipeline: str, client) -> dict:
     """The product's answer through ``pipeline`` (``extractive``: no LLM): text, short answer,
     citations' documents, coverage, passages, seconds, ttft and usage."""
     from retrieval.pipeline import pipeline_answer
+    from retrieval.request import AnswerRequest
 
     first: list[float] = []
 
@@ -152,13 +153,10 @@ def product_answer(tenant, question: str, pipeline: str, client) -> dict:
     extractive = pipeline == "extractive"
     pipeline, _, style = pipeline.partition("-")
     run = pipeline_answer(
+        AnswerRequest(question=question, pipeline="simple" if extractive else pipeline, k=5, use_llm=not extractive),
         tenant=tenant,
-        question=question,
-        pipeline="simple" if extractive else pipeline,
         overrides={**OVERRIDES, **(VARIANTS[style] if style else {})} or None,
-        k=5,
         llm=None if extractive else client,
-        use_llm=not extractive,
         trace=False,
         on_event=None if extractive else on_event,
     )

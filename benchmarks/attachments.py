@@ -100,6 +100,7 @@ def main() -> None:
 
     from knowledge.attachments import attached_versions_hidden
     from knowledge.models import Chunk, Document, Source
+    from retrieval.request import AnswerRequest
     from retrieval.search import chunk_search
 
     tenant = corpus(args.documents)
@@ -131,7 +132,7 @@ def main() -> None:
                 attached_versions_hidden(tenant=tenant)
                 lookups[setting].append((time.perf_counter() - started) * 1000)
                 started = time.perf_counter()
-                results = chunk_search(tenant=tenant, query=query, k=10, mode="lexical").results
+                results = chunk_search(AnswerRequest(question=query, k=10, mode="lexical"), tenant=tenant).results
                 timings[setting].append((time.perf_counter() - started) * 1000)
                 if setting == "hidden":
                     returned += sum(1 for r in results if r.chunk.version.document_id in files)

@@ -36,6 +36,7 @@ def main() -> None:
     from quality.models import Judgment
     from quality.services.runs import _duplicate_documents, _judged_ranking
     from retrieval.pipeline import pipeline_retrieve
+    from retrieval.request import AnswerRequest
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS))
@@ -46,7 +47,9 @@ def main() -> None:
         tenant, judgment_list, _ = tenant_for(dataset, name=name)
         duplicates = _duplicate_documents(tenant)
         for judgment in Judgment.objects.filter(judgment_list=judgment_list).order_by("pk"):
-            run = pipeline_retrieve(tenant=tenant, query=judgment.question[:2000], pipeline="simple", k=10)
+            run = pipeline_retrieve(
+                AnswerRequest(question=judgment.question[:2000], pipeline="simple", k=10), tenant=tenant
+            )
             scores = [r.score for r in run.results] + [0.0, 0.0]
             ranking, grades, _ = _judged_ranking(run.results, judgment.relevant, duplicates)
             rows.append([scores[0], scores[0] - scores[1]])

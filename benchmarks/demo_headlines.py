@@ -165,6 +165,7 @@ def main() -> None:
         return
     from core.models import Tenant
     from people.asking import ask
+    from retrieval.request import AnswerRequest
     from retrieval.stages.generate import extractive, spans
     from retrieval.stages.generate.extractive import sentences_rank
 
@@ -174,7 +175,7 @@ def main() -> None:
     rows = []
     for kind, question, answers in QUESTIONS:
         started = time.perf_counter()
-        run = ask(tenant=tenant, user=None, question=question)
+        run = ask(AnswerRequest(question=question), tenant=tenant, user=None)
         answer = run.answer
         seconds = time.perf_counter() - started
         headline = answer.short_answer

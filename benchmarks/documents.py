@@ -13,6 +13,10 @@ found again:
    not). Each file is read with ``knowledge.ingestion.readers.read_bytes`` and the Markdown tables
    of its text (``| a | b |`` rows) are parsed; a known cell counts when it stands in the row that
    starts with its row's key, at its column's index in the header. Target: 95 % of the cells.
+   The PDF's tables are also read by two extractors alone (``_pdf_tables``): pdfplumber's table
+   finder as the reader uses it and camelot's lattice mode (``requirements-bench.txt``; reported
+   as unavailable when it is not installed), each with its share of cells and seconds per page
+   (``tables.pdf_extractors``).
 2. ``pages``: a 7-page PDF (``--quick``: 6) of text lines, each a sentence with its own marker
    (``M3x07``: page 3, line 7), ingested with ``knowledge.services.documents_ingest``. A chunk
    counts when ``metadata["page"]`` .. ``metadata["page_end"]`` holds the page of every marker in
@@ -286,7 +290,9 @@ def _ingest(tenant, files: list[tuple[str, bytes]]):
     return documents_ingest(tenant=tenant, source=source, documents=documents)
 
 
-def measure_tables(table_sets: dict[str, list]) -> tuple[dict, dict[str, bytes]]:
+def measure_tables(table_sets: dict[str, list], *, repeat: int = 3) -> tuple[dict, dict[str, bytes]]:
+    from _pdf_tables import compare_extractors
+
     from knowledge.ingestion.readers import read_bytes
 
     makers = {".pdf": tables_pdf, ".docx": tables_docx, ".xlsx": tables_xlsx}
@@ -306,6 +312,7 @@ def measure_tables(table_sets: dict[str, list]) -> tuple[dict, dict[str, bytes]]
         "target": TABLE_TARGET,
         "met": share >= TABLE_TARGET,
         "by_format": per_format,
+        "pdf_extractors": compare_extractors(files["systems.pdf"], table_sets[".pdf"], score_cells, repeat=repeat),
     }
     return figure, files
 
@@ -357,6 +364,7 @@ def table_questions(table_sets: dict[str, list], count: int) -> list[tuple[str, 
 
 def measure_questions(files: dict[str, bytes], asked_tables: list, scans: int, used: set[str]) -> dict:
     from knowledge.models import Chunk
+    from retrieval.request import AnswerRequest
     from retrieval.search import chunk_search
 
     scanned, asked_scans = scanned_pdf(scans, used)
@@ -369,12 +377,12 @@ def measure_questions(files: dict[str, bytes], asked_tables: list, scans: int, u
                 "text", flat=True
             )
         )
-        chunk_search(tenant=tenant, query="warm up the search", k=3, mode="hybrid")
+        chunk_search(AnswerRequest(question="warm up the search", k=3, mode="hybrid"), tenant=tenant)
         results, seconds = {"table_rows": [], "scanned_pages": []}, []
         for kind, asked in (("table_rows", asked_tables), ("scanned_pages", asked_scans)):
             for key, question in asked:
                 began = time.perf_counter()
-                hits = chunk_search(tenant=tenant, query=question, k=3, mode="hybrid").results
+                hits = chunk_search(AnswerRequest(question=question, k=3, mode="hybrid"), tenant=tenant).results
                 seconds.append(time.perf_counter() - began)
                 rank = next((n for n, hit in enumerate(hits, 1) if key.lower() in hit.chunk.text.lower()), None)
                 results[kind].append({"question": question, "rank": rank})
@@ -417,7 +425,7 @@ def main(argv: list[str] | None = None) -> dict:
     }
     load = os.getloadavg()[0]
     with override_settings(KB_NEAR_DUPLICATES=False, KB_ENRICHMENT=False):
-        table_figure, files = measure_tables(table_sets)
+        table_figure, files = measure_tables(table_sets, repeat=1 if args.quick else 3)
         page_figure = measure_pages(pages)
         question_figure = measure_questions(files, table_questions(table_sets, row_questions), scans, used)
     result = {

@@ -117,6 +117,7 @@ def hotpotqa(methods: dict, keep: bool) -> tuple[dict, object]:
     from quality.answer_metrics import answer_normalize, exact_match, gold_in_answer, token_f1
     from quality.importers import dataset_load
     from retrieval.pipeline import pipeline_answer
+    from retrieval.request import AnswerRequest
 
     dataset = dataset_load(name="hotpotqa", paths=DATASETS["hotpotqa"])
     items = json.loads(DATASETS["hotpotqa"][0].read_text())
@@ -129,7 +130,7 @@ def hotpotqa(methods: dict, keep: bool) -> tuple[dict, object]:
         question, gold = item["question"], item["answer"]
         seen: list = []
         with generate_with(methods["after"], seen):
-            pipeline_answer(tenant=tenant, question=question, use_llm=False, k=5, trace=False)
+            pipeline_answer(AnswerRequest(question=question, use_llm=False, k=5), tenant=tenant, trace=False)
         passages = seen[0]
         in_passages.append(gold_in_answer(" ".join(p.text for p in passages), gold))
         for name, method in methods.items():
@@ -173,10 +174,11 @@ def hotpotqa(methods: dict, keep: bool) -> tuple[dict, object]:
 
 def generate_latency(tenant, methods: dict, rounds: int, questions: list[str]) -> dict:
     from retrieval.pipeline import pipeline_answer
+    from retrieval.request import AnswerRequest
 
     def ask(name, question):
         with generate_with(methods[name], []):
-            return pipeline_answer(tenant=tenant, question=question, use_llm=False, k=5, trace=False)
+            return pipeline_answer(AnswerRequest(question=question, use_llm=False, k=5), tenant=tenant, trace=False)
 
     names = list(methods)
     for question in questions:  # warm-up: the embedder, query plans, caches

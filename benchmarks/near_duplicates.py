@@ -236,6 +236,7 @@ def threshold_sweep(tenant, current, candidate_pairs, jaccard, shingles) -> dict
 
 
 def retrieval_check(tenant) -> dict:
+    from retrieval.request import AnswerRequest
     from retrieval.search import chunk_search
 
     twice = {"off": 0, "on": 0}
@@ -252,7 +253,7 @@ def retrieval_check(tenant) -> dict:
         for label, collapse in order if n % 2 == 0 else order[::-1]:  # interleaved, alternating who goes first
             if hasattr(embedder, "query_cache_clear"):
                 embedder.query_cache_clear()  # each search embeds its query, as a new question would
-            response = chunk_search(tenant=tenant, query=question, k=10, options={"collapse": collapse})
+            response = chunk_search(AnswerRequest(question=question, k=10, collapse=collapse), tenant=tenant)
             latency[label].append(response.timings_ms["total_ms"])
             releases_by_page: dict[str, set[str]] = {}
             for r in response.results:

@@ -217,6 +217,7 @@ def main() -> None:
     from quality.metrics import documents_from_chunks, query_metrics
     from retrieval.filters import RetrievalFilter
     from retrieval.pipeline import pipeline_spec
+    from retrieval.request import AnswerRequest
     from retrieval.stages.base import stages_run
     from retrieval.stages.fuse import Fuse
     from retrieval.stages.rerank import Rerank
@@ -240,7 +241,9 @@ def main() -> None:
     def product(mode: str, i: int) -> tuple[float, list[int], dict]:
         plan = QueryPlan.from_question(questions[i])
         plan.dense_vector = vectors[i]
-        run = RunState(tenant=tenant, spec=spec, where=where, plan=plan, k=K, mode=mode)
+        run = RunState(
+            AnswerRequest(question=questions[i], k=K), tenant=tenant, spec=spec, where=where, plan=plan, mode=mode
+        )
         started = time.perf_counter()
         run = stages_run(run, ranking[True])
         return (time.perf_counter() - started) * 1000, [r.chunk.pk for r in run.results], run.timings
@@ -248,7 +251,9 @@ def main() -> None:
     def product_embedded(i: int, *, concurrent: bool) -> tuple[float, list[int], dict]:
         cache_clear()
         plan = QueryPlan.from_question(questions[i])
-        run = RunState(tenant=tenant, spec=spec, where=where, plan=plan, k=K, mode="hybrid")
+        run = RunState(
+            AnswerRequest(question=questions[i], k=K), tenant=tenant, spec=spec, where=where, plan=plan, mode="hybrid"
+        )
         started = time.perf_counter()
         run = stages_run(run, ranking[concurrent])
         return (time.perf_counter() - started) * 1000, [r.chunk.pk for r in run.results], run.timings

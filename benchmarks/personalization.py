@@ -105,6 +105,7 @@ def askers_prepare(tenant, users) -> None:
     from people.services import profile_update
     from retrieval.models import Trace
     from retrieval.pipeline import pipeline_answer
+    from retrieval.request import AnswerRequest
 
     for username in users:
         Profile.objects.filter(membership__user=users[username]).delete()
@@ -114,7 +115,10 @@ def askers_prepare(tenant, users) -> None:
     history = users["ref-history"]
     for question in HISTORY_QUESTIONS:
         run = pipeline_answer(
-            tenant=tenant, question=question, user=history, use_llm=False, trace=True, k=5, strategy="top_n"
+            AnswerRequest(question=question, use_llm=False, k=5, strategy="top_n"),
+            tenant=tenant,
+            user=history,
+            trace=True,
         )
         for citation in run.answer.citations:
             if citation.passage.document.source.name == "ref":
@@ -129,6 +133,7 @@ def askers_prepare(tenant, users) -> None:
 def who_asks(tenant, users, *, overrides: dict | None = None) -> dict:
     """hit@1 per asker, personalize off and on, and how many top results changed."""
     from retrieval.pipeline import pipeline_retrieve
+    from retrieval.request import AnswerRequest
 
     figures: dict = {}
     for username, kind in ASKERS.items():
@@ -144,13 +149,10 @@ def who_asks(tenant, users, *, overrides: dict | None = None) -> dict:
                     hits[label] += tops[label] == wanted
                     continue
                 run = pipeline_retrieve(
+                    AnswerRequest(question=question, k=10, use_llm=False, personalize=personalize),
                     tenant=tenant,
-                    query=question,
-                    k=10,
                     user=users[username],
-                    use_llm=False,
                     overrides=overrides,
-                    options={"personalize": personalize},
                 )
                 tops[label] = run.results[0].chunk.version.document.external_id if run.results else None
                 if label == "off":
@@ -172,6 +174,7 @@ def who_asks(tenant, users, *, overrides: dict | None = None) -> dict:
 def latency(tenant, user, *, rounds: int) -> dict:
     from knowledge.embedders import get_embedder
     from retrieval.pipeline import pipeline_retrieve
+    from retrieval.request import AnswerRequest
 
     embedder = get_embedder(tenant.embedder)
     times: dict[str, list[float]] = {"off": [], "on": []}
@@ -182,7 +185,9 @@ def latency(tenant, user, *, rounds: int) -> dict:
                     embedder.query_cache_clear()
                 started = time.perf_counter()
                 pipeline_retrieve(
-                    tenant=tenant, query=question, k=10, user=user, use_llm=False, options={"personalize": personalize}
+                    AnswerRequest(question=question, k=10, use_llm=False, personalize=personalize),
+                    tenant=tenant,
+                    user=user,
                 )
                 if number:  # the first pass warms up
                     times[label].append((time.perf_counter() - started) * 1000)
@@ -219,6 +224,7 @@ def _dev_users(tenant, name: str, judgments) -> dict:
     from retrieval.config import MAX_QUERY_CHARS
     from retrieval.models import Trace
     from retrieval.pipeline import pipeline_answer
+    from retrieval.request import AnswerRequest
 
     users = {}
     Trace.objects.for_tenant(tenant).delete()  # earlier runs' history (cascades to feedback, opens)
@@ -240,13 +246,10 @@ def _dev_users(tenant, name: str, judgments) -> dict:
     rated = 0
     for judgment in judgments[:HISTORY_N]:
         run = pipeline_answer(
+            AnswerRequest(question=judgment.question[:MAX_QUERY_CHARS], use_llm=False, k=5, strategy="top_n"),
             tenant=tenant,
-            question=judgment.question[:MAX_QUERY_CHARS],
             user=users["with-profile"],
-            use_llm=False,
             trace=True,
-            k=5,
-            strategy="top_n",
         )
         if run.trace_id and run.answer.citations:
             feedback_give(tenant=tenant, user=users["with-profile"], trace_id=run.trace_id, rating="up", citation=1)
@@ -269,6 +272,7 @@ def shared_dev(names: list[str], *, keep: bool, datasets_dir: Path) -> dict:
     from quality.services.runs import _duplicate_documents, _judged_ranking
     from retrieval.config import MAX_QUERY_CHARS
     from retrieval.pipeline import pipeline_retrieve
+    from retrieval.request import AnswerRequest
 
     if not datasets_dir.is_dir():
         raise SystemExit(f"No datasets folder {datasets_dir}; pass --datasets-dir.")
@@ -291,12 +295,11 @@ def shared_dev(names: list[str], *, keep: bool, datasets_dir: Path) -> dict:
                 rankings = {}
                 for label, who, personalize in DEV_ASKERS:
                     run = pipeline_retrieve(
+                        AnswerRequest(
+                            question=judgment.question[:MAX_QUERY_CHARS], k=100, use_llm=False, personalize=personalize
+                        ),
                         tenant=tenant,
-                        query=judgment.question[:MAX_QUERY_CHARS],
-                        k=100,
                         user=users.get(who),
-                        use_llm=False,
-                        options={"personalize": personalize},
                     )
                     rankings[label] = [(r.chunk.pk, r.score) for r in run.results]
                     ranking, grades, _top = _judged_ranking(run.results, judgment.relevant, duplicates)

@@ -83,11 +83,14 @@ def dataset_variant(*, tenant, judgments, duplicates, overrides: dict) -> dict:
     from quality.metrics import metrics_aggregate, query_metrics
     from quality.services.runs import _judged_ranking
     from retrieval.pipeline import pipeline_retrieve
+    from retrieval.request import AnswerRequest
 
     per_query, latencies, documents, sources = [], [], [], []
     for judgment in judgments:
         run = pipeline_retrieve(
-            tenant=tenant, query=judgment.question[:2000], pipeline="simple", mode="hybrid", k=100, overrides=overrides
+            AnswerRequest(question=judgment.question[:2000], pipeline="simple", mode="hybrid", k=100),
+            tenant=tenant,
+            overrides=overrides,
         )
         ranking, grades, _top = _judged_ranking(run.results, judgment.relevant, duplicates)
         per_query.append(query_metrics(ranking, grades))
@@ -139,6 +142,7 @@ def demo_measure(slug: str) -> dict:
     from core.models import Tenant
     from knowledge.models import Chunk, Source
     from retrieval.pipeline import pipeline_retrieve
+    from retrieval.request import AnswerRequest
 
     tenant = Tenant.objects.filter(slug=slug).first()
     if tenant is None:
@@ -155,7 +159,9 @@ def demo_measure(slug: str) -> dict:
         documents, sources, release_top3 = [], [], []
         primary: dict = {}
         for question in DEMO_QUESTIONS:
-            run = pipeline_retrieve(tenant=tenant, query=question, pipeline="simple", k=10, overrides=overrides)
+            run = pipeline_retrieve(
+                AnswerRequest(question=question, pipeline="simple", k=10), tenant=tenant, overrides=overrides
+            )
             d, s = distinct(run.results)
             documents.append(d)
             sources.append(s)
@@ -200,11 +206,12 @@ def latency_measure(slug: str, *, rounds: int) -> dict:
     from core.models import Tenant
     from knowledge.embedders import get_embedder
     from retrieval.pipeline import pipeline_retrieve
+    from retrieval.request import AnswerRequest
 
     tenant = Tenant.objects.get(slug=slug)
     embedder = get_embedder(tenant.embedder)
     for question in LATENCY_QUESTIONS:  # warm-up
-        pipeline_retrieve(tenant=tenant, query=question, pipeline="simple", mode="hybrid", k=10)
+        pipeline_retrieve(AnswerRequest(question=question, pipeline="simple", mode="hybrid", k=10), tenant=tenant)
     times: dict[str, list[float]] = {label: [] for label in LATENCY_VARIANTS}
     for _ in range(rounds):
         for question in LATENCY_QUESTIONS:
@@ -213,7 +220,9 @@ def latency_measure(slug: str, *, rounds: int) -> dict:
                     embedder.query_cache_clear()
                 started = time.perf_counter()
                 pipeline_retrieve(
-                    tenant=tenant, query=question, pipeline="simple", mode="hybrid", k=10, overrides=overrides
+                    AnswerRequest(question=question, pipeline="simple", mode="hybrid", k=10),
+                    tenant=tenant,
+                    overrides=overrides,
                 )
                 times[label].append((time.perf_counter() - started) * 1000)
     off = percentile(times["stages off"], 50)

@@ -55,6 +55,7 @@ def main() -> None:
     from core.rls import tenant_context
     from knowledge.embedders import get_embedder
     from knowledge.models import Chunk, Document
+    from retrieval.request import AnswerRequest
     from retrieval.search import chunk_search
 
     parser = argparse.ArgumentParser()
@@ -79,7 +80,7 @@ def main() -> None:
         "modes": {},
     }
     for question in QUESTIONS:  # warm-up: model load, caches
-        chunk_search(tenant=tenant, query=question, k=args.k)
+        chunk_search(AnswerRequest(question=question, k=args.k), tenant=tenant)
     # Modes take turns on each question, so background load (autovacuum after a bulk load,
     # other processes) weighs on all three alike.
     totals: dict[str, list[float]] = {mode: [] for mode in ("dense", "lexical", "hybrid")}
@@ -98,7 +99,7 @@ def main() -> None:
             for mode in totals:
                 cache_clear()
                 t = time.perf_counter()
-                response = chunk_search(tenant=tenant, query=question, k=args.k, mode=mode)
+                response = chunk_search(AnswerRequest(question=question, k=args.k, mode=mode), tenant=tenant)
                 totals[mode].append((time.perf_counter() - t) * 1000)
                 if mode == "hybrid":
                     for key, value in response.timings_ms.items():
@@ -107,18 +108,18 @@ def main() -> None:
                         cache_clear()
                         with override_settings(KB_CONCURRENT_RETRIEVERS=False):
                             t = time.perf_counter()
-                            chunk_search(tenant=tenant, query=question, k=args.k, mode=mode)
+                            chunk_search(AnswerRequest(question=question, k=args.k, mode=mode), tenant=tenant)
                             on_caller.append((time.perf_counter() - t) * 1000)
                 if args.rls:
                     cache_clear()
                     t = time.perf_counter()
                     with tenant_context(tenant.pk):
-                        chunk_search(tenant=tenant, query=question, k=args.k, mode=mode)
+                        chunk_search(AnswerRequest(question=question, k=args.k, mode=mode), tenant=tenant)
                     rls_totals[mode].append((time.perf_counter() - t) * 1000)
                     cache_clear()
                     t = time.perf_counter()
                     with tenant_context(tenant.pk), transaction.atomic():
-                        chunk_search(tenant=tenant, query=question, k=args.k, mode=mode)
+                        chunk_search(AnswerRequest(question=question, k=args.k, mode=mode), tenant=tenant)
                     rls_atomic_totals[mode].append((time.perf_counter() - t) * 1000)
     for mode, times in totals.items():
         output["modes"][mode] = {

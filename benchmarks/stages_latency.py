@@ -50,6 +50,7 @@ def outside_measure(tenant, *, rounds: int, username: str) -> dict:
 
     from knowledge.embedders import get_embedder
     from retrieval.pipeline import pipeline_retrieve, pipeline_spec
+    from retrieval.request import AnswerRequest
 
     member = get_user_model().objects.filter(username=username, memberships__tenant=tenant).first()
     callers = {"anonymous": None, **({f"member ({username})": member} if member is not None else {})}
@@ -58,7 +59,7 @@ def outside_measure(tenant, *, rounds: int, username: str) -> dict:
     def search(question: str, user):
         started = time.perf_counter()
         spec = pipeline_spec(tenant=tenant, name="simple")  # what chunk_search does
-        run = pipeline_retrieve(tenant=tenant, query=question, pipeline=spec, k=10, user=user)
+        run = pipeline_retrieve(AnswerRequest(question=question, pipeline=spec, k=10), tenant=tenant, user=user)
         return run, (time.perf_counter() - started) * 1000
 
     for question in QUESTIONS:  # warm-up: model load, plans, caches
@@ -103,6 +104,7 @@ def main() -> None:
     django_setup()
     from core.models import Tenant
     from knowledge.embedders import get_embedder
+    from retrieval.request import AnswerRequest
     from retrieval.search import chunk_search
 
     parser = argparse.ArgumentParser()
@@ -136,7 +138,7 @@ def main() -> None:
     for question in QUESTIONS:  # warm-up: model load, plans, caches
         for config in configs.values():
             tenant.retrieval_config = config
-            chunk_search(tenant=tenant, query=question, k=10)
+            chunk_search(AnswerRequest(question=question, k=10), tenant=tenant)
     times: dict[str, list[float]] = {name: [] for name in configs}
     names = list(configs)
     for turn in range(args.rounds):
@@ -147,7 +149,7 @@ def main() -> None:
                 if hasattr(embedder, "query_cache_clear"):
                     embedder.query_cache_clear()
                 started = time.perf_counter()
-                chunk_search(tenant=tenant, query=question, k=10)
+                chunk_search(AnswerRequest(question=question, k=10), tenant=tenant)
                 times[name].append((time.perf_counter() - started) * 1000)
     hybrid = {
         name: {"p50_ms": round(percentile(values, 50), 2), "p95_ms": round(percentile(values, 95), 2)}

@@ -55,6 +55,7 @@ def tenant_without_summaries(dataset, *, name: str):
 def breadth(tenant, dataset, *, minimum: int, include: bool, k: int = 5) -> dict:
     """Distinct documents and context recall@k in the top ``k`` chunks of the broad questions."""
     from retrieval.pipeline import pipeline_retrieve
+    from retrieval.request import AnswerRequest
 
     distinct, recalls = [], []
     for judged in dataset.judgments:
@@ -62,7 +63,9 @@ def breadth(tenant, dataset, *, minimum: int, include: bool, k: int = 5) -> dict
         if len(relevant) < minimum or any("text" in entry for entry in judged.relevant):
             continue
         run = pipeline_retrieve(
-            tenant=tenant, query=judged.question, k=k, use_llm=False, overrides={"include_summaries": include}
+            AnswerRequest(question=judged.question, k=k, use_llm=False),
+            tenant=tenant,
+            overrides={"include_summaries": include},
         )
         documents = {r.chunk.version.document.external_id for r in run.results}
         distinct.append(len(documents))

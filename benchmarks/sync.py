@@ -84,6 +84,7 @@ def changed_and_removed(docs: Path) -> dict:
     from knowledge.models import Document
     from knowledge.services.sources import source_create
     from knowledge.services.sync import source_sync
+    from retrieval.request import AnswerRequest
     from retrieval.search import chunk_search
 
     Tenant.objects.filter(slug="sync-bench").delete()
@@ -97,7 +98,7 @@ def changed_and_removed(docs: Path) -> dict:
         target = folder / "5.2.txt"
         target.write_text(target.read_text() + f"\n\n{PHRASE}\n")
         changed = source_sync(source=source)
-        hits = chunk_search(tenant=tenant, query=PHRASE, k=10).results
+        hits = chunk_search(AnswerRequest(question=PHRASE, k=10), tenant=tenant).results
         ranks = [r.rank for r in hits if r.chunk.version.document.external_id == "5.2" and PHRASE in r.chunk.text]
         found = next(r.chunk.version for r in hits if r.rank == ranks[0]) if ranks else None
 
@@ -107,12 +108,13 @@ def changed_and_removed(docs: Path) -> dict:
         removed = source_sync(source=source)
         document = Document.objects.get(tenant=tenant, external_id="5.0")
         current = [
-            r.chunk.version.document.external_id for r in chunk_search(tenant=tenant, query=title_query, k=10).results
+            r.chunk.version.document.external_id
+            for r in chunk_search(AnswerRequest(question=title_query, k=10), tenant=tenant).results
         ]
         day_before = (document.deleted_at - timedelta(days=1)).date()
         before = [
             r.chunk.version.document.external_id
-            for r in chunk_search(tenant=tenant, query=title_query, k=10, as_of=day_before).results
+            for r in chunk_search(AnswerRequest(question=title_query, k=10, as_of=day_before), tenant=tenant).results
         ]
         return {
             "changed": {

@@ -27,6 +27,7 @@ def main() -> None:
     django_setup()
     from quality.importers import dataset_load
     from retrieval.pipeline import pipeline_retrieve
+    from retrieval.request import AnswerRequest
     from retrieval.stages.themes import results_by_theme
 
     parser = argparse.ArgumentParser()
@@ -41,7 +42,9 @@ def main() -> None:
         tenant, _list, _report = tenant_for(dataset, name=name)
         rows = []
         for judged in dataset.judgments:
-            run = pipeline_retrieve(tenant=tenant, query=judged.question, pipeline="simple", k=args.pool, use_llm=False)
+            run = pipeline_retrieve(
+                AnswerRequest(question=judged.question, pipeline="simple", k=args.pool, use_llm=False), tenant=tenant
+            )
             relevant = {entry["document"] for entry in judged.relevant}
             rows.append((run.results, relevant))
 

@@ -53,12 +53,13 @@ def tracing_compare(slug: str, rounds: int) -> None:
     from knowledge.models import Chunk
     from retrieval.models import Trace
     from retrieval.pipeline import pipeline_answer
+    from retrieval.request import AnswerRequest
 
     tenant = Tenant.objects.filter(slug=slug).first()
     if tenant is None:
         raise SystemExit(f"No tenant {slug!r}: run the demo first.")
     for question in QUESTIONS:  # warm-up: model load, caches
-        pipeline_answer(tenant=tenant, question=question, pipeline="simple", use_llm=False, trace=False)
+        pipeline_answer(AnswerRequest(question=question, pipeline="simple", use_llm=False), tenant=tenant, trace=False)
     times: dict[str, list[float]] = {"on": [], "off": []}
     written: list[int] = []
     for round_ in range(rounds):
@@ -67,7 +68,9 @@ def tracing_compare(slug: str, rounds: int) -> None:
             for setting in order:
                 started = time.perf_counter()
                 run = pipeline_answer(
-                    tenant=tenant, question=question, pipeline="simple", use_llm=False, trace=setting == "on"
+                    AnswerRequest(question=question, pipeline="simple", use_llm=False),
+                    tenant=tenant,
+                    trace=setting == "on",
                 )
                 times[setting].append((time.perf_counter() - started) * 1000)
                 if run.trace_id:
@@ -105,6 +108,7 @@ def worker(slug: str) -> None:
     from core.telemetry import telemetry_enabled, telemetry_flush
     from retrieval.models import Trace
     from retrieval.pipeline import pipeline_answer
+    from retrieval.request import AnswerRequest
     from retrieval.search import chunk_search
 
     tenant = Tenant.objects.get(slug=slug)
@@ -113,9 +117,9 @@ def worker(slug: str) -> None:
     def run(op: str, question: str) -> float:
         started = time.perf_counter()
         if op == "search":
-            chunk_search(tenant=tenant, query=question, k=10)
+            chunk_search(AnswerRequest(question=question, k=10), tenant=tenant)
         else:
-            answer = pipeline_answer(tenant=tenant, question=question, pipeline="simple", use_llm=False)
+            answer = pipeline_answer(AnswerRequest(question=question, pipeline="simple", use_llm=False), tenant=tenant)
             written.append(answer.trace_id)
         return (time.perf_counter() - started) * 1000
 

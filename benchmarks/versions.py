@@ -41,6 +41,7 @@ def main() -> None:
     from knowledge.services import source_get_or_create
     from retrieval.filters import RetrievalFilter
     from retrieval.pipeline import pipeline_answer
+    from retrieval.request import AnswerRequest
     from retrieval.search import chunk_search
 
     parser = argparse.ArgumentParser()
@@ -90,15 +91,11 @@ def main() -> None:
         try:
             rows = []
             for fact in CHANGED_FACTS:
-                top = chunk_search(tenant=tenant, query=fact.question, k=3, as_of=as_of).results
+                top = chunk_search(AnswerRequest(question=fact.question, k=3, as_of=as_of), tenant=tenant).results
                 answer = pipeline_answer(
+                    AnswerRequest(question=fact.question, use_llm=False, as_of=as_of, strategy="top_n", k=3),
                     tenant=tenant,
-                    question=fact.question,
-                    use_llm=False,
                     trace=False,
-                    as_of=as_of,
-                    strategy="top_n",
-                    k=3,
                 ).answer
                 rows.append(
                     {
@@ -156,8 +153,8 @@ def main() -> None:
     ]
     embedder = get_embedder(tenant.embedder)
     runs = {
-        "current_only": lambda q: chunk_search(tenant=tenant, query=q, k=10),
-        "as_of": lambda q: chunk_search(tenant=tenant, query=q, k=10, as_of=AS_OF_BETWEEN),
+        "current_only": lambda q: chunk_search(AnswerRequest(question=q, k=10), tenant=tenant),
+        "as_of": lambda q: chunk_search(AnswerRequest(question=q, k=10, as_of=AS_OF_BETWEEN), tenant=tenant),
     }
     times: dict[str, list[float]] = {name: [] for name in [*runs, "no_version_filter"]}
     for q in questions:  # warm-up
@@ -172,7 +169,7 @@ def main() -> None:
                 if name == "no_version_filter":
                     pipeline_module.retrieval_filter = unfiltered_filter
                     try:
-                        chunk_search(tenant=tenant, query=q, k=10)
+                        chunk_search(AnswerRequest(question=q, k=10), tenant=tenant)
                     finally:
                         pipeline_module.retrieval_filter = original_filter
                 else:

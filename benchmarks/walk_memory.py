@@ -40,6 +40,7 @@ def halves(judgments) -> tuple[set[str], set[str]]:
 def walk_missing(tenant, questions: list[str], *, client, limit: int | None) -> dict:
     """Walk the ``questions`` no walk of ``tenant`` has answered yet (their facts are kept)."""
     from retrieval.pipeline import pipeline_answer
+    from retrieval.request import AnswerRequest
     from retrieval.walks.models import Walk
 
     done = set(Walk.objects.for_tenant(tenant).values_list("question", flat=True))
@@ -47,7 +48,9 @@ def walk_missing(tenant, questions: list[str], *, client, limit: int | None) -> 
     seconds = []
     for index, question in enumerate(todo, start=1):
         started = time.perf_counter()
-        pipeline_answer(tenant=tenant, question=question, pipeline="walkingrag", llm=client, k=5, trace=False)
+        pipeline_answer(
+            AnswerRequest(question=question, pipeline="walkingrag", k=5), tenant=tenant, llm=client, trace=False
+        )
         seconds.append(time.perf_counter() - started)
         log(f"walked {index}/{len(todo)} in {seconds[-1]:.1f} s: {question[:70]}")
     return {"walked": len(todo), "seconds_mean": round(statistics.fmean(seconds), 1) if seconds else None}

@@ -4,6 +4,7 @@ from django.urls import include, path
 
 from core.audit_apis import AuditEventListApi
 from knowledge.apis import DocumentDetailApi, DocumentListApi, JobDetailApi
+from knowledge.quotas.apis import UsageApi
 from knowledge.source_apis import (
     SourceDetailApi,
     SourceListApi,
@@ -17,8 +18,7 @@ from people.ask_apis import AskApi, AskStreamApi
 from people.attachment_apis import ConversationFileDetailApi, ConversationFileListApi, ConversationFileNewApi
 from retrieval.apis import SearchApi
 from retrieval.trace_apis import TraceDetailApi
-from retrieval.usage_apis import UsageApi
-from retrieval.walk_apis import (
+from retrieval.walks.apis import (
     FactListApi,
     WalkDetailApi,
     WalkListApi,

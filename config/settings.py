@@ -383,7 +383,7 @@ KB_MIN_PERM_SYNC_EVERY_S = env_int("KB_MIN_PERM_SYNC_EVERY_S", 300, minimum=60)
 # comma-separated, the first encrypts, all decrypt (rotation: put the new key first, then
 # `manage.py rotatekeys`). Empty: a key derived from SECRET_KEY (check --deploy warns).
 KB_SECRET_KEYS = env_list("KB_SECRET_KEYS", [])
-# Per-tenant quotas' installation defaults (core.quotas; an operator overrides them per tenant).
+# Per-tenant quotas' installation defaults (knowledge.quotas; an operator overrides them per tenant).
 # Unset, empty or 'unlimited' = no limit. Syncs per day are limited by default: every sync costs the server a crawl.
 KB_QUOTA_DOCUMENTS = env_limit("KB_QUOTA_DOCUMENTS")
 KB_QUOTA_STORED_MB = env_limit("KB_QUOTA_STORED_MB")
@@ -421,11 +421,29 @@ KB_FUSION = env_choice("KB_FUSION", "weighted", ["rrf", "weighted", "tm2c2", "db
 KB_PIPELINE = env_choice(
     "KB_PIPELINE", "simple", ["simple", "rephrase", "expand", "hyde", "advanced", "superrag", "walkingrag", "adaptive"]
 )
+# The run's registry (retrieval.registry): code a run calls from apps above retrieval, named in
+# order. The signal rerankers run in this order after fusion (retrieval.stages.rerank); the person
+# hooks give the answer prompt its user layer and the recency reranker its source feedback; the
+# memory retriever searches the facts walks kept. Wiring, not deployment settings: no variables.
+KB_SIGNAL_RERANKERS = (
+    "retrieval.stages.rerank.near_duplicates",
+    "retrieval.stages.rerank.recency",
+    "people.rerank",
+    "retrieval.stages.rerank.diversity",
+)
+KB_PERSON_HOOKS = {
+    "user_layer": "people.personalization.user_layer_compose",
+    "source_feedback_counts": "people.feedback.source_feedback_counts",
+}
+KB_MEMORY_RETRIEVER = "retrieval.walks.memory.memory_search"
+# The meter of every LLM call made for a tenant (llm.metering): its daily LLM tokens quota,
+# checked before each call and recorded after it (knowledge.quotas.meter). Empty: no metering.
+KB_LLM_METER = "knowledge.quotas.meter.llm_meter_for"
 # Budget of one multi-round answer run (WalkingRAG): wall time in ms and LLM cost in USD; the walk
 # stops starting rounds once either is spent, then answers from what it gathered.
 KB_BUDGET_MS = env_int("KB_BUDGET_MS", 60000, minimum=1)
 KB_BUDGET_USD = env_float("KB_BUDGET_USD", 0.05, minimum=0.0)
-# A steered walk paused for a person (retrieval.steering) answers by itself after this long.
+# A steered walk paused for a person (retrieval.walks.steering) answers by itself after this long.
 KB_WALK_PAUSE_TIMEOUT_S = env_float("KB_WALK_PAUSE_TIMEOUT_S", 900.0, minimum=1.0)
 # Record a trace of every answer run (retrieval.tracing); off only for measuring its cost.
 KB_TRACING = env_bool("KB_TRACING", True)

@@ -123,30 +123,6 @@ class MembershipToken(models.Model):
         return token_key_new()
 
 
-class TenantQuota(models.Model):
-    """The operator's limits for one tenant (``core.quotas``): each ``max_*`` left empty falls back
-    to the installation's default (``KB_QUOTA_*``; unset there = unlimited). Only operators (the
-    superuser, ``manage.py quota``) change it; tenant admins read their usage against it."""
-
-    tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="quota")
-    max_documents = models.PositiveBigIntegerField(null=True, blank=True, help_text="Live documents.")
-    max_stored_bytes = models.PositiveBigIntegerField(
-        null=True, blank=True, help_text="Bytes (UTF-8) of the stored text of every kept version."
-    )
-    max_chunks = models.PositiveBigIntegerField(null=True, blank=True, help_text="Searchable chunks.")
-    max_sources = models.PositiveIntegerField(null=True, blank=True, help_text="Sources of any kind.")
-    max_syncs_per_day = models.PositiveIntegerField(null=True, blank=True, help_text="Sync runs in 24 hours.")
-    max_llm_tokens_per_day = models.PositiveBigIntegerField(
-        null=True, blank=True, help_text="LLM tokens (prompt + completion) in 24 hours."
-    )
-    updated_at = models.DateTimeField(auto_now=True)
-
-    objects = TenantScopedQuerySet.as_manager()
-
-    def __str__(self) -> str:
-        return f"quota of {self.tenant}"
-
-
 class AuditEvent(models.Model):
     """One security-relevant action (``core.audit``): who (``actor``, ``actor_label``), in which
     tenant, from which client address, on what object, what changed.

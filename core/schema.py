@@ -76,6 +76,17 @@ def part_fields(part: type) -> dict[str, dataclasses.Field]:
     return {f.name: f for f in dataclasses.fields(part) if _RULE in f.metadata}
 
 
+def tenant_settings(tenant, *, keys=None) -> dict:
+    """A copy of ``tenant``'s stored settings (``Tenant.retrieval_config``: one flat JSON object
+    of every part's keys), only those in ``keys`` when given; ``{}`` for ``None`` or a tenant
+    without settings. The one place they are read: the pipeline's spec
+    (``retrieval.pipeline.pipeline_spec``), the search settings (``SearchConfig.for_tenant``) and
+    the ingestion settings (``knowledge.ingestion_settings``) all start here. No query: the
+    settings are a field of the tenant's row."""
+    stored = dict((tenant.retrieval_config if tenant is not None else None) or {})
+    return stored if keys is None else {key: value for key, value in stored.items() if key in keys}
+
+
 def part_build(part: type, values: dict) -> Any:
     """An instance of ``part`` from ``values`` (its keys only; others ignored), every value checked."""
     fields = part_fields(part)

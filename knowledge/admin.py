@@ -38,6 +38,7 @@ from knowledge.models import (
     DocumentVersion,
     IngestionJob,
 )
+from knowledge.quotas import admin as _quotas_admin  # noqa: F401  (registers the tenants' quota admin, superusers only)
 from knowledge.services.deletion import document_delete
 
 # --- Sources and documents ---------------------------------------------------------------------

@@ -29,7 +29,6 @@ from django.http import HttpResponseRedirect
 
 from core.admin import UNSCOPED, SuperuserOnlyAdminMixin, TenantScopedAdmin, TenantScopedForm, admin_tenant
 from core.errors import ApplicationError, InvalidInput
-from core.quotas import QuotaExceeded
 from knowledge.admin_sync_runs import (
     SyncRunInline,
     content_sync_html,
@@ -39,7 +38,7 @@ from knowledge.admin_sync_runs import (
 )
 from knowledge.folder_grants import folder_grant_add, folder_grant_hard_links, folder_grant_remove
 from knowledge.models import FolderGrant, Source, SyncRun
-from knowledge.quotas import quota_check
+from knowledge.quotas import QuotaExceeded, quota_check
 from knowledge.services.sources import (
     SOURCE_FIELDS,
     duration_parse,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from core.schema import part_fields, setting, setting_check
+from core.schema import part_fields, setting, setting_check, tenant_settings
 
 # Values of the ``summaries`` setting and ``KB_SUMMARIES``: off, auto (the LLM when one is
 # configured, else extractive), extractive (never the LLM), llm (the LLM; without one, or when it
@@ -48,7 +48,7 @@ def ingestion_setting(tenant, name: str):
 
     ``InvalidInput`` naming the setting when the stored value breaks its rule.
     """
-    return setting_check(_FIELDS[name], (tenant.retrieval_config or {}).get(name))
+    return setting_check(_FIELDS[name], tenant_settings(tenant).get(name))
 
 
 def enrichment_on(tenant) -> bool:

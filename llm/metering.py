@@ -3,7 +3,7 @@
 The meter is bound to the code path, not to the client: a service that works for a tenant wraps
 its work in ``llm_metered(tenant=..., purpose=...)``, and every call of an ``LLMClient`` inside
 it (threads of ``LLMClient.map`` included: they run in a copy of the caller's context) goes
-through the bound ``LLMMeter`` in ``llm.client``, the one place where a request leaves:
+through the bound ``LLMMeter`` in ``llm.observation``, the one place where a request leaves:
 
 * before the request, ``check`` refuses it with ``LLMQuotaExceeded`` (an ``LLMError``, so every
   caller that degrades on an LLM failure degrades on this one too: the pipelines' LLM-free
@@ -12,19 +12,24 @@ through the bound ``LLMMeter`` in ``llm.client``, the one place where a request 
 * after it, ``record`` adds the call's tokens (prompt + completion, also those of a failed
   call that got a reply) to the tenant's usage.
 
-The meter itself (``retrieval.quotas.TenantLLMMeter``: the usage is counted where the answers'
-traces live) is built by the factory the retrieval app registers at start-up
-(``llm_meter_factory_set``), so a lower layer (``knowledge``'s enrichment and summaries) binds a
-meter without importing a higher one. Without a bound meter a call is not metered: operators'
-tools (benchmarks, ``manage.py localllm``) and calls for no tenant.
+The meter itself (``knowledge.quotas.meter.TenantLLMMeter``: one ``LLMUsage`` row per call, the
+rows the quota counts) is built by the factory the settings name (``KB_LLM_METER``, a dotted path
+imported on first use, the way Django names its middleware), so this layer binds a meter without
+importing a higher one and no app changes a global when Django starts. Without a bound meter a
+call is not metered: operators' tools (benchmarks, ``manage.py localllm``), calls for no tenant,
+and every call when ``KB_LLM_METER`` is empty.
 """
 
 from __future__ import annotations
 
 import contextvars
+import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Protocol
+
+from django.conf import settings
+from django.utils.module_loading import import_string
 
 from llm.errors import LLMError
 from llm.usage import Usage
@@ -39,7 +44,7 @@ class LLMQuotaExceeded(LLMError):
 
 
 class LLMMeter(Protocol):
-    """What ``llm.client`` asks of a bound meter."""
+    """What ``llm.observation`` asks of a bound meter."""
 
     tenant_id: int
     purpose: str
@@ -57,14 +62,13 @@ class LLMMeter(Protocol):
 MeterFactory = Callable[..., LLMMeter]
 
 _meter: contextvars.ContextVar[LLMMeter | None] = contextvars.ContextVar("kb_llm_meter", default=None)
-_factory: MeterFactory | None = None
 
 
-def llm_meter_factory_set(factory: MeterFactory | None) -> None:
-    """Register how meters are built: ``factory(tenant=, purpose=, record=)`` -> ``LLMMeter``
-    (the retrieval app's ``ready``)."""
-    global _factory
-    _factory = factory
+@functools.cache
+def _factory(path: str) -> MeterFactory | None:
+    """The meter factory at dotted ``path`` (``KB_LLM_METER``): ``factory(tenant=, purpose=)`` ->
+    ``LLMMeter``; ``None`` for an empty path."""
+    return import_string(path) if path else None
 
 
 def llm_meter_current() -> LLMMeter | None:
@@ -73,21 +77,21 @@ def llm_meter_current() -> LLMMeter | None:
 
 
 @contextmanager
-def llm_metered(*, tenant, purpose: str, record: bool = True) -> Iterator[LLMMeter | None]:
+def llm_metered(*, tenant, purpose: str) -> Iterator[LLMMeter | None]:
     """Meter every LLM call of the block for ``tenant`` (a ``Tenant`` or its id).
 
     ``purpose`` names what the calls are for ("answer", "search", "evaluation", "judgments",
-    "enrichment", "summaries") in the usage records. ``record=False`` checks the limit but leaves
-    the counting to the caller: an answer run whose trace records its tokens. Nestable: the
-    innermost binding applies, keeping the purpose of an enclosing one for the same tenant (what
-    started the work: an evaluation's answers are ``evaluation``). Yields the meter (``None``
-    when no factory is registered).
+    "enrichment", "summaries") in the usage records. Nestable: the innermost binding applies,
+    keeping the purpose of an enclosing one for the same tenant (what started the work: an
+    evaluation's answers are ``evaluation``). Yields the meter (``None`` when ``KB_LLM_METER`` is
+    empty).
     """
     tenant_id = int(getattr(tenant, "pk", tenant))
     outer = _meter.get()
     if outer is not None and outer.tenant_id == tenant_id:
         purpose = outer.purpose
-    meter = _factory(tenant=tenant_id, purpose=purpose, record=record) if _factory is not None else None
+    factory = _factory(settings.KB_LLM_METER)
+    meter = factory(tenant=tenant_id, purpose=purpose) if factory is not None else None
     token = _meter.set(meter)
     try:
         yield meter

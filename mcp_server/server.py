@@ -128,98 +128,16 @@ def server_build(*, caller_for: Callable[[ServerRequestContext], Caller]) -> Ser
         return types.ListToolsResult(tools=tools)
 
     async def call_tool(ctx: ServerRequestContext, params: types.CallToolRequestParams) -> types.CallToolResult:
-        spec = TOOLS.get(params.name)
-        if spec is None:
-            raise MCPError(
-                code=types.INVALID_PARAMS,
-                message=f"Unknown tool {params.name[:100]!r}; the tools are {', '.join(TOOLS)}.",
-            )
-        try:
-            arguments = spec.arguments.model_validate(params.arguments or {})
-        except ValidationError as exc:
-            return _error_result("invalid_arguments", f"Invalid arguments for {spec.name}: {_describe(exc)}.")
-        caller = caller_for(ctx)
-        extra: dict[str, Any] = {}
-        if spec.name == "ask" and progress_token_from_params(ctx.params) is not None:
-            steps = itertools.count(1)
-
-            def on_event(event: str, data: dict) -> None:
-                if event == "step":
-                    caller.progress(ctx, next(steps), f"{data.get('stage', 'step')} done")
-
-            extra["on_event"] = on_event
-        try:
-            data = await caller.call(partial(spec.run, arguments=arguments, **extra))
-        except ApplicationError as exc:
-            return _error_result(exc.code, exc.message)
-        except Exception:
-            logger.exception("MCP tool %s failed", spec.name)
-            return _error_result("internal_error", "The knowledge base could not run this tool; the error was logged.")
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=json.dumps(data, ensure_ascii=False, default=str))],
-            structured_content=data,
-        )
+        return await _tool_call(ctx, params, caller=caller_for(ctx))
 
     async def list_resources(ctx: ServerRequestContext, params: Any) -> types.ListResourcesResult:
-        caller = caller_for(ctx)
-        rows = await _resource_call(caller, source_rows, uri=None)
-        return types.ListResourcesResult(
-            resources=[
-                types.Resource(
-                    uri=row["uri"],
-                    name=row["name"],
-                    title=f"Source {row['name']}",
-                    description=f"A {row['kind']} source with {row['documents']} documents you may see.",
-                    mime_type="application/json",
-                )
-                for row in rows
-            ]
-        )
+        return await _resources_list(caller_for(ctx))
 
     async def list_resource_templates(ctx: ServerRequestContext, params: Any) -> types.ListResourceTemplatesResult:
-        return types.ListResourceTemplatesResult(
-            resource_templates=[
-                types.ResourceTemplate(
-                    uri_template="kb://sources/{source_id}",
-                    name="source",
-                    title="A source",
-                    description="A source with its counts and its newest documents (id, title, uri, version).",
-                    mime_type="application/json",
-                ),
-                types.ResourceTemplate(
-                    uri_template="kb://documents/{document_id}",
-                    name="document",
-                    title="A document",
-                    description=f"A document's current text (the first {FETCH_MAX_CHARS} characters) and versions.",
-                    mime_type="application/json",
-                ),
-            ]
-        )
+        return _resource_templates()
 
     async def read_resource(ctx: ServerRequestContext, params: types.ReadResourceRequestParams) -> Any:
-        uri = str(params.uri)
-        match = _RESOURCE.match(uri)
-        if match is None:
-            raise MCPError(
-                code=RESOURCE_NOT_FOUND,
-                message=f"Unknown resource {uri[:200]!r}: use kb://sources/<id> or kb://documents/<id>.",
-                data={"uri": uri[:200]},
-            )
-        kind, number = match.group(1), int(match.group(2))
-        caller = caller_for(ctx)
-        if kind == "sources":
-            work = partial(_source_resource, source_id=number)
-        else:
-            arguments = FetchArguments(document_id=number, max_chars=FETCH_MAX_CHARS)
-            work = partial(fetch_run, arguments=arguments)
-        data = await _resource_call(caller, work, uri=uri)
-        return types.ReadResourceResult(
-            contents=[
-                types.TextResourceContents(
-                    uri=uri, mime_type="application/json", text=json.dumps(data, ensure_ascii=False, default=str)
-                )
-            ]
-        )
+        return await _resource_read(str(params.uri), caller=caller_for(ctx))
 
     return Server(
         SERVER_NAME,
@@ -231,6 +149,119 @@ def server_build(*, caller_for: Callable[[ServerRequestContext], Caller]) -> Ser
         on_list_resources=list_resources,
         on_list_resource_templates=list_resource_templates,
         on_read_resource=read_resource,
+    )
+
+
+# --- Tools ---------------------------------------------------------------------------------------
+
+
+async def _tool_call(
+    ctx: ServerRequestContext, params: types.CallToolRequestParams, *, caller: Caller
+) -> types.CallToolResult:
+    """``tools/call``: the tool's result as text and structured content, or an error result (module
+    docstring); an unknown tool is a JSON-RPC ``-32602``."""
+    spec = TOOLS.get(params.name)
+    if spec is None:
+        raise MCPError(
+            code=types.INVALID_PARAMS,
+            message=f"Unknown tool {params.name[:100]!r}; the tools are {', '.join(TOOLS)}.",
+        )
+    try:
+        arguments = spec.arguments.model_validate(params.arguments or {})
+    except ValidationError as exc:
+        return _error_result("invalid_arguments", f"Invalid arguments for {spec.name}: {_describe(exc)}.")
+    extra: dict[str, Any] = {}
+    if spec.name == "ask" and progress_token_from_params(ctx.params) is not None:
+        extra["on_event"] = _progress_reporter(ctx, caller)
+    try:
+        data = await caller.call(partial(spec.run, arguments=arguments, **extra))
+    except ApplicationError as exc:
+        return _error_result(exc.code, exc.message)
+    except Exception:
+        logger.exception("MCP tool %s failed", spec.name)
+        return _error_result("internal_error", "The knowledge base could not run this tool; the error was logged.")
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=json.dumps(data, ensure_ascii=False, default=str))],
+        structured_content=data,
+    )
+
+
+def _progress_reporter(ctx: ServerRequestContext, caller: Caller) -> Callable[[str, dict], None]:
+    """An ``on_event`` for ``ask`` that sends a progress notification (1, 2, ...) per finished step."""
+    steps = itertools.count(1)
+
+    def on_event(event: str, data: dict) -> None:
+        if event == "step":
+            caller.progress(ctx, next(steps), f"{data.get('stage', 'step')} done")
+
+    return on_event
+
+
+# --- Resources -----------------------------------------------------------------------------------
+
+
+async def _resources_list(caller: Caller) -> types.ListResourcesResult:
+    """``resources/list``: a resource per source the member may see."""
+    rows = await _resource_call(caller, source_rows, uri=None)
+    return types.ListResourcesResult(
+        resources=[
+            types.Resource(
+                uri=row["uri"],
+                name=row["name"],
+                title=f"Source {row['name']}",
+                description=f"A {row['kind']} source with {row['documents']} documents you may see.",
+                mime_type="application/json",
+            )
+            for row in rows
+        ]
+    )
+
+
+def _resource_templates() -> types.ListResourceTemplatesResult:
+    """``resources/templates/list``: ``kb://sources/{source_id}`` and ``kb://documents/{document_id}``."""
+    return types.ListResourceTemplatesResult(
+        resource_templates=[
+            types.ResourceTemplate(
+                uri_template="kb://sources/{source_id}",
+                name="source",
+                title="A source",
+                description="A source with its counts and its newest documents (id, title, uri, version).",
+                mime_type="application/json",
+            ),
+            types.ResourceTemplate(
+                uri_template="kb://documents/{document_id}",
+                name="document",
+                title="A document",
+                description=f"A document's current text (the first {FETCH_MAX_CHARS} characters) and versions.",
+                mime_type="application/json",
+            ),
+        ]
+    )
+
+
+async def _resource_read(uri: str, *, caller: Caller) -> types.ReadResourceResult:
+    """``resources/read`` of ``uri``: a source or a document as JSON; an unknown form of URI is a
+    JSON-RPC ``-32002``."""
+    match = _RESOURCE.match(uri)
+    if match is None:
+        raise MCPError(
+            code=RESOURCE_NOT_FOUND,
+            message=f"Unknown resource {uri[:200]!r}: use kb://sources/<id> or kb://documents/<id>.",
+            data={"uri": uri[:200]},
+        )
+    kind, number = match.group(1), int(match.group(2))
+    if kind == "sources":
+        work = partial(_source_resource, source_id=number)
+    else:
+        arguments = FetchArguments(document_id=number, max_chars=FETCH_MAX_CHARS)
+        work = partial(fetch_run, arguments=arguments)
+    data = await _resource_call(caller, work, uri=uri)
+    return types.ReadResourceResult(
+        contents=[
+            types.TextResourceContents(
+                uri=uri, mime_type="application/json", text=json.dumps(data, ensure_ascii=False, default=str)
+            )
+        ]
     )
 
 

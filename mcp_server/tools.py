@@ -27,13 +27,14 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from core.errors import InvalidInput
 from core.models import Membership
 from knowledge.pages import chunk_pages
-from knowledge.selectors import source_ids_for_names, source_overview
+from knowledge.selectors import source_overview
 from knowledge.versions import as_of_parse, version_date
 from mcp_server.attachments import AttachFileArguments, attach_file_run
 from mcp_server.selectors import chunk_document_versions, chunk_get, document_text_get
 from people.asking import ask
 from retrieval.config import MAX_QUERY_CHARS, MODES
 from retrieval.pipeline import PIPELINE_NAMES
+from retrieval.request import AnswerRequest
 from retrieval.search import chunk_search
 
 MAX_ID = 2**63 - 1  # the largest database id (bigint)
@@ -127,15 +128,16 @@ def search_run(*, membership: Membership, arguments: SearchArguments) -> dict:
     ``page_end`` (1-based pages of a PDF or presentation, else ``None``), ``kind``, ``heading``,
     ``text`` (and ``also_in``, ``near_duplicates``, ``update`` when there are any)."""
     tenant, user = membership.tenant, membership.user
-    response = chunk_search(
+    search = AnswerRequest.for_sources(
         tenant=tenant,
-        query=arguments.query,
+        user=user,
+        sources=arguments.sources,
+        question=arguments.query,
         k=arguments.k,
         mode=arguments.mode,
-        source_ids=source_ids_for_names(tenant=tenant, names=list(arguments.sources), user=user),
         as_of=_as_of(arguments.as_of),
-        user=user,
     )
+    response = chunk_search(search, tenant=tenant, user=user)
     results = []
     for result in response.results:
         row = result.as_dict()
@@ -195,18 +197,18 @@ def ask_run(
     was kept (members; send ``conversation`` back for a follow-up), ``syncing`` (sources still
     syncing, whose documents the answer may lack). ``on_event(event, data)`` is
     called as the run goes (``"step"``, ``"short_answer"``, ``"token"``)."""
-    run = ask(
+    question = AnswerRequest.for_sources(
         tenant=membership.tenant,
         user=membership.user,
+        sources=arguments.sources,
         question=arguments.question,
         conversation_id=arguments.conversation,
         pipeline=arguments.pipeline,
         k=arguments.k,
         use_llm=not arguments.extractive,
-        sources=list(arguments.sources),
         as_of=_as_of(arguments.as_of),
-        on_event=on_event,
     )
+    run = ask(question, tenant=membership.tenant, user=membership.user, on_event=on_event)
     data = run.as_dict()
     answer: dict[str, Any] = {key: data.get(key) for key in ANSWER_KEYS}
     answer["citations"] = [

@@ -2,19 +2,9 @@ from django.apps import AppConfig
 
 
 class PeopleConfig(AppConfig):
+    """People: memberships' conversations, profiles, history, feedback and attachments. What a
+    retrieval run reads of the person asking (the prompt's user layer, source feedback, the
+    ``personal`` signal reranker) is named in the settings' run registry (``retrieval.registry``)."""
+
     name = "people"
     verbose_name = "People"
-
-    def ready(self) -> None:
-        """Lend retrieval what it reads of the person asking (it sits below this app and cannot
-        import it): the prompt's user layer and source feedback (``retrieval.hooks``), and the
-        ``personal`` signal reranker."""
-        from people import feedback, personalization
-        from retrieval.hooks import person_hooks_register
-        from retrieval.stages.rerank import reranker_register
-
-        person_hooks_register(
-            user_layer=personalization.user_layer_compose,
-            source_feedback_counts=feedback.source_feedback_counts,
-        )
-        reranker_register("people.rerank", before="retrieval.stages.rerank.diversity")

@@ -23,27 +23,30 @@ from people.asking import ask, ask_stream
 from retrieval.apis import COLLAPSE_HELP, PERSONALIZE_HELP, SUMMARIES_HELP, ChunkReferenceSerializer
 from retrieval.config import MAX_QUERY_CHARS
 from retrieval.pipeline import PIPELINE_NAMES
+from retrieval.request import AnswerRequest
 from retrieval.streaming import CONTENT_TYPE, HEADERS
 
 
-def ask_arguments(data: dict) -> dict:
-    """``people.asking.ask``'s keyword arguments (but tenant and user) from ``AskApi.InputSerializer``'s
-    validated data."""
-    return {
-        "question": data["question"],
-        "conversation_id": data.get("conversation"),
-        "pipeline": data.get("pipeline"),
-        "k": data["k"],
-        "strategy": data.get("strategy"),
-        "window_size": data.get("window"),
-        "reverse_pack": data["reverse_pack"],
-        "use_llm": not data["extractive"],
-        "sources": data["sources"],
-        "as_of": data.get("as_of"),
-        "collapse": data["collapse"],
-        "personalize": data.get("personalize", True),
-        "summaries": data.get("summaries"),
-    }
+def ask_request(data: dict, *, tenant, user) -> AnswerRequest:
+    """The ``AnswerRequest`` of ``AskApi.InputSerializer``'s validated data, its source names
+    resolved for ``user`` (``InvalidInput``, code ``unknown_source``, for an unknown one)."""
+    return AnswerRequest.for_sources(
+        tenant=tenant,
+        user=user,
+        sources=data["sources"],
+        question=data["question"],
+        conversation_id=data.get("conversation"),
+        pipeline=data.get("pipeline"),
+        k=data["k"],
+        strategy=data.get("strategy"),
+        window_size=data.get("window"),
+        reverse_pack=data["reverse_pack"],
+        use_llm=not data["extractive"],
+        as_of=data.get("as_of"),
+        collapse=data["collapse"],
+        personalize=data.get("personalize", True),
+        summaries=data.get("summaries"),
+    )
 
 
 class AskApi(APIView):
@@ -167,7 +170,8 @@ class AskApi(APIView):
         tenant = tenant_for_request(request)
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        run = ask(tenant=tenant, user=request.user, **ask_arguments(serializer.validated_data))
+        question = ask_request(serializer.validated_data, tenant=tenant, user=request.user)
+        run = ask(question, tenant=tenant, user=request.user)
         return Response(self.OutputSerializer(run.as_dict()).data)
 
 
@@ -242,10 +246,11 @@ class AskStreamApi(APIView):
         tenant = tenant_for_request(request)
         serializer = AskApi.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
+        question = ask_request(serializer.validated_data, tenant=tenant, user=request.user)
         events = ask_stream(
+            question,
             tenant=tenant,
             user=request.user,
             present=lambda answer: AskApi.OutputSerializer(answer).data,
-            **ask_arguments(serializer.validated_data),
         )
         return StreamingHttpResponse(events, content_type=CONTENT_TYPE, headers=HEADERS)

@@ -5,8 +5,9 @@ The REST ask API and its stream (``people.ask_apis``), the portal's ask page and
 streaming counterpart ``ask_stream``, so a question is answered, kept and refused the same way
 whichever way it comes in:
 
-- the sources named are resolved for the asker first (an unknown one, or one they may not see, is
-  ``InvalidInput`` with code ``unknown_source``, before anything runs);
+- every entry point builds one ``retrieval.request.AnswerRequest`` (the question and its options),
+  its source names resolved for the asker by ``AnswerRequest.for_sources`` (an unknown one, or
+  one they may not see, is ``InvalidInput`` with code ``unknown_source``, before anything runs);
 - a signed-in member's answer is kept as the next turn of their conversation
   (``people.conversations.conversation_ask``: history for follow-ups, the turn stored), a viewer's
   is answered but not kept, and a run without a user (an operator's command) is answered
@@ -18,15 +19,16 @@ whichever way it comes in:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from datetime import date
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from core.errors import PermissionDenied
 from core.replicas import replica_reads
-from knowledge.selectors import source_ids_for_names, sources_syncing
+from knowledge.selectors import sources_syncing
 from people.conversations import conversation_ask
-from retrieval.pipeline import CONFIGURED, AnswerRun, pipeline_answer
+from retrieval.pipeline import CONFIGURED, pipeline_answer
+from retrieval.request import AnswerRequest
+from retrieval.runs import AnswerRun
 from retrieval.streaming import answer_events
 
 if TYPE_CHECKING:
@@ -37,42 +39,23 @@ if TYPE_CHECKING:
 
 
 def ask(
+    request: AnswerRequest,
     *,
     tenant: Tenant,
     user: AbstractBaseUser | AnonymousUser | None,
-    question: str,
-    conversation_id: int | None = None,
-    pipeline: str | None = None,
-    k: int = 5,
-    strategy: str | None = None,
-    window_size: int | None = None,
-    reverse_pack: bool = True,
-    use_llm: bool = True,
-    sources: Sequence[str] | None = None,
-    as_of: date | None = None,
-    collapse: bool | None = None,
-    personalize: bool = True,
-    summaries: bool | None = None,
     llm: Any = CONFIGURED,
     on_event: Callable[[str, dict], None] | None = None,
 ) -> AnswerRun:
-    """Answer ``question`` (1-2,000 characters) from ``tenant``'s documents with ``[n]`` citations,
-    as ``user``, and keep it as the next turn of their conversation.
+    """Answer ``request`` (``retrieval.request.AnswerRequest``: the question, 1-2,000
+    characters, with its options; its sources already resolved for ``user``, as
+    ``AnswerRequest.for_sources`` does) from ``tenant``'s documents with ``[n]`` citations, as
+    ``user``, and keep it as the next turn of their conversation.
 
     - ``tenant``: the caller's tenant, already resolved (``core.memberships.tenant_for_request``).
-    - ``user``: the asker. A member's answer becomes a turn of conversation ``conversation_id`` (a
-      new conversation without one); a viewer's is answered but not kept; ``None`` (an operator's
-      command) answers impersonally, not kept. Their access rules always apply.
-    - ``pipeline``: a name of ``retrieval.pipeline.PIPELINE_NAMES`` (default: the tenant's).
-    - ``k``: passages in the context, 1-20; ``strategy`` ``"top_n"`` or ``"window"`` and
-      ``window_size`` (neighbours on each side, 0-10) pack them (default: the pipeline's);
-      ``reverse_pack`` puts the best passage last.
-    - ``use_llm``: false answers extractively, without the LLM; ``llm`` replaces the configured
-      client (``None``: no LLM).
-    - ``sources``: source names to search (default: all the asker may see).
-    - ``as_of``: answer from the document versions current on that day.
-    - ``collapse`` near-duplicates, let ``summaries`` compete (``None``: the tenant's settings);
-      ``personalize`` for the asker (their profile and history; false: as for anyone).
+    - ``user``: the asker. A member's answer becomes a turn of the request's ``conversation_id``
+      (a new conversation without one); a viewer's is answered but not kept; ``None`` (an
+      operator's command) answers impersonally, not kept. Their access rules always apply.
+    - ``llm`` replaces the configured client (``None``: no LLM).
     - ``on_event(event, data)``: called as the run goes (``"step"``, ``"short_answer"``,
       ``"token"``), as ``pipeline_answer`` does.
 
@@ -81,46 +64,18 @@ def ask(
     see) still syncing, whose documents the answer may lack.
 
     Errors (``core.errors``, each with a stable code): ``InvalidInput`` for a bad question or
-    option (``unknown_source`` for a source name), ``NotFound`` for a conversation that is not the
-    user's in this tenant, ``PermissionDenied`` for an anonymous user, or for continuing a
-    conversation as a viewer or without a user. Nothing is stored when one is raised.
+    option, ``NotFound`` for a conversation that is not the user's in this tenant,
+    ``PermissionDenied`` for an anonymous user, or for continuing a conversation as a viewer or
+    without a user. Nothing is stored when one is raised.
     """
-    return _answer(
-        tenant=tenant,
-        user=user,
-        question=question,
-        conversation_id=conversation_id,
-        source_ids=source_ids_for_names(tenant=tenant, names=list(sources or ()), user=user),
-        options={"collapse": collapse, "personalize": personalize, "summaries": summaries},
-        pipeline=pipeline,
-        k=k,
-        strategy=strategy,
-        window_size=window_size,
-        reverse_pack=reverse_pack,
-        use_llm=use_llm,
-        as_of=as_of,
-        llm=llm,
-        on_event=on_event,
-    )
+    return _answer(request, tenant=tenant, user=user, llm=llm, on_event=on_event)
 
 
 def ask_stream(
+    request: AnswerRequest,
     *,
     tenant: Tenant,
     user: AbstractBaseUser | AnonymousUser | None,
-    question: str,
-    conversation_id: int | None = None,
-    pipeline: str | None = None,
-    k: int = 5,
-    strategy: str | None = None,
-    window_size: int | None = None,
-    reverse_pack: bool = True,
-    use_llm: bool = True,
-    sources: Sequence[str] | None = None,
-    as_of: date | None = None,
-    collapse: bool | None = None,
-    personalize: bool = True,
-    summaries: bool | None = None,
     llm: Any = CONFIGURED,
     present: Callable[[dict], Any] | None = None,
 ) -> Iterator[str]:
@@ -129,50 +84,22 @@ def ask_stream(
     ``as_dict()``, with ``conversation_id`` and ``turn`` when kept, passed through
     ``present(answer) -> data`` when given) or one ``error`` (``{"error": {"code", "message"}}``).
 
-    Arguments as ``ask``'s. The source names are resolved before this returns, so an unknown one
-    raises ``InvalidInput`` (``unknown_source``) here, before any frame; every later error becomes
-    the ``error`` frame. The run happens in a worker thread started on the first ``next()``;
-    closing the iterator early stops it.
+    Arguments as ``ask``'s. Every error becomes the ``error`` frame (an unknown source name is
+    refused earlier, when the request is built). The run happens in a worker thread started on
+    the first ``next()``; closing the iterator early stops it.
     """
-    source_ids = source_ids_for_names(tenant=tenant, names=list(sources or ()), user=user)
-    return answer_events(
-        tenant=tenant,
-        user=user,
-        present=present,
-        runner=_answer,
-        question=question,
-        conversation_id=conversation_id,
-        source_ids=source_ids,
-        options={"collapse": collapse, "personalize": personalize, "summaries": summaries},
-        pipeline=pipeline,
-        k=k,
-        strategy=strategy,
-        window_size=window_size,
-        reverse_pack=reverse_pack,
-        use_llm=use_llm,
-        as_of=as_of,
-        llm=llm,
-    )
+    return answer_events(request, tenant=tenant, user=user, present=present, runner=_answer, llm=llm)
 
 
 @replica_reads  # retrieval reads from a healthy replica; the trace and the turn are written to the primary
-def _answer(
-    *, tenant, user, question: str, conversation_id: int | None, source_ids: list[int] | None, **run_options
-) -> AnswerRun:
-    """The run behind ``ask`` and ``ask_stream``, its sources resolved; ``run_options`` are
-    ``pipeline_answer``'s other keyword arguments."""
+def _answer(request: AnswerRequest, *, tenant, user, **run_options) -> AnswerRun:
+    """The run behind ``ask`` and ``ask_stream``; ``run_options`` are ``pipeline_answer``'s
+    keyword arguments (``llm``, ``on_event``)."""
     if user is None:
-        if conversation_id is not None:
+        if request.conversation_id is not None:
             raise PermissionDenied("Conversations need a signed-in user.")
-        run = pipeline_answer(tenant=tenant, user=None, question=question, source_ids=source_ids, **run_options)
+        run = pipeline_answer(request, tenant=tenant, user=None, **run_options)
     else:
-        run = conversation_ask(
-            tenant=tenant,
-            user=user,
-            question=question,
-            conversation_id=conversation_id,
-            source_ids=source_ids,
-            **run_options,
-        )
+        run = conversation_ask(request, tenant=tenant, user=user, **run_options)
     run.syncing = sources_syncing(tenant=tenant, user=user)
     return run

@@ -11,6 +11,8 @@ deletes them.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from django.db import transaction
 from django.db.models import Max
 
@@ -20,7 +22,9 @@ from core.replicas import replica_write_mark
 from people.attachments import conversation_document_ids, conversation_files_delete
 from people.models import Conversation, Turn
 from people.selectors import conversation_get
-from retrieval.pipeline import AnswerRun, pipeline_answer
+from retrieval.pipeline import pipeline_answer
+from retrieval.request import AnswerRequest
+from retrieval.runs import AnswerRun
 
 HISTORY_TURNS = 5  # earlier questions given to the pipeline
 
@@ -32,32 +36,34 @@ def _standalone_query(run: AnswerRun, question: str) -> str:
     return question
 
 
-def conversation_ask(*, tenant, user, question: str, conversation_id: int | None = None, **options) -> AnswerRun:
-    """Answer ``question`` as the next turn of ``user``'s conversation ``conversation_id`` (or of a
-    new conversation), store the turn, and return the run with ``conversation_id`` and ``turn`` set.
+def conversation_ask(request: AnswerRequest, *, tenant, user, **run_options) -> AnswerRun:
+    """Answer ``request`` as the next turn of ``user``'s conversation ``request.conversation_id``
+    (or of a new conversation), store the turn, and return the run with ``conversation_id`` and
+    ``turn`` set.
 
-    ``options`` are ``pipeline_answer``'s other keyword arguments (``pipeline``, ``k``,
-    ``on_event``...). A viewer's question is answered but not kept (no conversation; continuing
-    one is ``PermissionDenied``). ``NotFound`` for a conversation that is not the user's in this
-    tenant, ``PermissionDenied`` for an anonymous user, ``InvalidInput`` for a bad question or
-    option (then nothing is stored).
+    ``run_options`` are ``pipeline_answer``'s other keyword arguments (``llm``, ``on_event``...).
+    The request goes on with the conversation's earlier questions as ``history`` and its
+    attached files as ``conversation_documents``. A viewer's question is answered but not kept
+    (no conversation; continuing one is ``PermissionDenied``). ``NotFound`` for a conversation
+    that is not the user's in this tenant, ``PermissionDenied`` for an anonymous user,
+    ``InvalidInput`` for a bad question or option (then nothing is stored).
     """
+    conversation_id = request.conversation_id
     if user is None or not user.is_authenticated:
         raise PermissionDenied("Conversations need a signed-in user.")
     if not membership_get(user=user, tenant=tenant).can_participate:
         if conversation_id is not None:
             raise PermissionDenied("Viewers do not keep conversations; ask a tenant admin for the member role.")
-        return pipeline_answer(tenant=tenant, user=user, question=question, **options)  # answered, not kept
-    history: list[str] = []
-    attached: list[int] = []
+        return pipeline_answer(request, tenant=tenant, user=user, **run_options)  # answered, not kept
     if conversation_id is not None:
         conversation = conversation_get(tenant=tenant, user=user, conversation_id=conversation_id)
         recent = conversation.turns.order_by("-order").values_list("question", flat=True)[:HISTORY_TURNS]
-        history = list(reversed(recent))
-        attached = conversation_document_ids(tenant=tenant, conversation_id=conversation.pk)
-    run = pipeline_answer(
-        tenant=tenant, user=user, question=question, history=history or None, conversation_documents=attached, **options
-    )
+        request = replace(
+            request,
+            history=tuple(reversed(recent)),
+            conversation_documents=conversation_document_ids(tenant=tenant, conversation_id=conversation.pk),
+        )
+    run = pipeline_answer(request, tenant=tenant, user=user, **run_options)
     with transaction.atomic():
         if conversation_id is None:
             conversation = Conversation.objects.create(tenant=tenant, user=user, title=run.answer.question[:200])

@@ -131,7 +131,7 @@ def source_feedback_counts(*, tenant) -> dict[int, tuple[int, int]]:
     """``{source id: (helpful, not helpful)}``: the tenant's citation feedback per cited source
     (one query; feedback lives as long as its trace, ``KB_TRACE_RETENTION_DAYS``). Sources without
     citation feedback are absent. Read by the recency stage's source-feedback factor (through
-    ``retrieval.hooks``)."""
+    the run's registry, ``retrieval.registry``)."""
     rows = (
         Feedback.objects.for_tenant(tenant)
         .filter(citation__isnull=False, source__isnull=False)

@@ -8,7 +8,7 @@ Two layers, both off for a request with ``personalize: false`` and both recorded
     turns it into a bounded boost;
 (b) prompt: ``user_layer_compose`` writes a short description of the asker (profile, what they
     may search, recent questions) that the generate stage puts in the answer prompt (through
-    ``retrieval.hooks``), so the answer is shaped for the person without changing what is
+    the run's registry, ``retrieval.registry``), so the answer is shaped for the person without changing what is
     retrieved.
 
 Everything is read inside the run's tenant only (``for_tenant``), so another tenant's profile,

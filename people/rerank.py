@@ -1,7 +1,7 @@
 """Signal reranker ``personal`` (see ``retrieval.stages.rerank``): a bounded boost of what the asker
 prefers and found useful (seed ``magic-of-rag-retrieval.txt``, "Response Personalization":
-personal context added "without altering the core retrieval"). ``people.apps`` registers it
-with retrieval's signal rerankers (``signal_reranker_register``), at its place in the chain.
+personal context added "without altering the core retrieval"). The settings name it among
+retrieval's signal rerankers (``KB_SIGNAL_RERANKERS``, ``retrieval.registry``), at its place in the chain.
 
 For each result, a multiplicative factor from the asker's ``PersonalSignals``
 (``people.personalization.personal_signals_get``)::
@@ -57,14 +57,14 @@ def signals_for(run) -> PersonalSignals | None:
     cached = run.memo.get(NAME, _UNSET)
     if cached is _UNSET:
         cached = None
-        if run.options.get("personalize", True) and run.user is not None:
+        if run.request.personalize and run.user is not None:
             cached = personal_signals_cached(tenant=run.tenant, user=run.user)
         run.memo[NAME] = cached
     return cached
 
 
 def active(run) -> bool:
-    """On when the request personalizes (``run.options["personalize"]``), someone is signed in and
+    """On when the request personalizes (``run.request.personalize``), someone is signed in and
     their profile or history holds something that could change a ranking."""
     signals = signals_for(run)
     return signals is not None and not signals.empty

@@ -33,6 +33,7 @@ from core.memberships import membership_choose, membership_for_request
 from core.replicas import replica_reads
 from knowledge.models import SyncRun
 from knowledge.originals import original_path
+from knowledge.quotas import USAGE_ROLES, QuotaUsage, quota_usage
 from knowledge.selectors import (
     chunk_list_for_version,
     document_get,
@@ -54,8 +55,8 @@ from portal.responses import partial_or_page
 from portal.service_sources import can_manage_sources, service_syncs_attach
 from portal.uploads import files_upload, job_ids_parse, jobs_context, jobs_url
 from portal.viewer import cited_url
-from retrieval.pipeline import retrieval_filter
-from retrieval.quotas import USAGE_ROLES, QuotaUsage, quota_usage
+from retrieval.filters import retrieval_filter
+from retrieval.request import AnswerRequest
 from retrieval.streaming import CONTENT_TYPE, HEADERS
 from retrieval.walks.graph import document_graph, graph_svg
 
@@ -98,7 +99,7 @@ def ask(request, tenant):
     context = {"form": form, "tenant": tenant}
     if form.is_valid():
         try:
-            answer = asking.ask(tenant=tenant, user=request.user, **_ask_arguments(form)).as_dict()
+            answer = asking.ask(_ask_request(form), tenant=tenant, user=request.user).as_dict()
         except NotFound:
             form.add_error(None, "That conversation is not yours or no longer exists; start a new one.")
         except ApplicationError as exc:
@@ -130,15 +131,15 @@ def ask(request, tenant):
     return render(request, "portal/ask.html", context)
 
 
-def _ask_arguments(form: AskForm) -> dict:
-    """``people.asking.ask``'s keyword arguments (but tenant and user) from a valid ``AskForm``."""
-    return {
-        "question": form.cleaned_data["question"],
-        "pipeline": form.cleaned_data["pipeline"] or None,
-        "conversation_id": form.cleaned_data["conversation"],
-        "as_of": form.cleaned_data["as_of"],
-        "personalize": form.cleaned_data["personalize"],
-    }
+def _ask_request(form: AskForm) -> AnswerRequest:
+    """The ``AnswerRequest`` of a valid ``AskForm``."""
+    return AnswerRequest(
+        question=form.cleaned_data["question"],
+        pipeline=form.cleaned_data["pipeline"] or None,
+        conversation_id=form.cleaned_data["conversation"],
+        as_of=form.cleaned_data["as_of"],
+        personalize=form.cleaned_data["personalize"],
+    )
 
 
 def _id_param(value: str) -> int | None:
@@ -222,7 +223,7 @@ def ask_stream(request, tenant):
         html = render_to_string("portal/_answer.html", context, request=request)
         return {**answer, "html": html}
 
-    events = asking.ask_stream(tenant=tenant, user=request.user, present=present, **_ask_arguments(form))
+    events = asking.ask_stream(_ask_request(form), tenant=tenant, user=request.user, present=present)
     return StreamingHttpResponse(events, content_type=CONTENT_TYPE, headers=HEADERS)
 
 
@@ -386,7 +387,7 @@ def sources_table(request, tenant):
 
 
 def _usage_rows(request, tenant) -> list[QuotaUsage] | None:
-    """The tenant's usage against each quota (``retrieval.quotas``) for its owners and admins (the
+    """The tenant's usage against each quota (``knowledge.quotas``) for its owners and admins (the
     table ``portal/_usage.html``); ``None`` for other roles."""
     if membership_for_request(request, pick_first=True).role not in USAGE_ROLES:
         return None

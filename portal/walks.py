@@ -1,6 +1,6 @@
 """Portal pages of walks a person steers: start one, watch its rounds live, pause, edit, resume, stop.
 
-``walks`` starts a walk (``retrieval.steering.walk_start``) and lists the person's recent
+``walks`` starts a walk (``retrieval.walks.steering.walk_start``) and lists the person's recent
 ones; ``walk_detail`` shows one, and while it runs its state fragment (``walk_state``) is polled
 by htmx every second, so each round's facts and next queries appear as they come. A paused walk
 shows its facts as editable lines (remove, correct), its next queries (one per line) and its
@@ -17,8 +17,8 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from core.errors import ApplicationError, NotFound
 from portal.decorators import tenant_required
-from retrieval import steering
 from retrieval.config import MAX_QUERY_CHARS
+from retrieval.walks import steering
 from retrieval.walks.models import Walk
 from retrieval.walks.selectors import walk_state
 

@@ -15,7 +15,6 @@ from django.utils.html import format_html
 from django.utils.text import Truncator
 
 from core.admin import TenantScopedAdmin
-from retrieval import admin_quotas  # noqa: F401  (registers the tenants' quota admin, superusers only)
 from retrieval.models import Trace, TraceStep
 from retrieval.walks import admin as walks_admin  # noqa: F401  (registers the facts' admin)
 

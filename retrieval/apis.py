@@ -10,8 +10,8 @@ from rest_framework.views import APIView
 
 from core.api import ERRORS, ErrorSerializer
 from core.memberships import tenant_for_request
-from knowledge.selectors import source_ids_for_names
 from retrieval.config import MAX_QUERY_CHARS, MODES
+from retrieval.request import AnswerRequest
 from retrieval.search import chunk_search
 
 COLLAPSE_HELP = "Collapse near-duplicate documents to the freshest (default: the tenant's setting, on)."
@@ -108,16 +108,19 @@ class SearchApi(APIView):
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        response = chunk_search(
+        search = AnswerRequest.for_sources(
             tenant=tenant,
-            query=data["query"],
+            user=request.user,
+            sources=data["sources"],
+            question=data["query"],
             k=data["k"],
             mode=data["mode"],
-            source_ids=source_ids_for_names(tenant=tenant, names=data["sources"], user=request.user),
             as_of=data.get("as_of"),
-            user=request.user,
-            options={"collapse": data["collapse"], "personalize": data["personalize"], "summaries": data["summaries"]},
+            collapse=data["collapse"],
+            personalize=data["personalize"],
+            summaries=data["summaries"],
         )
+        response = chunk_search(search, tenant=tenant, user=request.user)
         output = {
             "results": [r.as_dict() for r in response.results],
             "timings_ms": response.timings_ms,

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from django.conf import settings
 
 from core.errors import InvalidInput
-from core.schema import part_fields, setting, setting_check
+from core.schema import part_fields, setting, setting_check, tenant_settings
 
 MODES = ("hybrid", "lexical", "dense")
 FUSIONS = ("rrf", "weighted", "tm2c2", "dbsf")
@@ -58,7 +58,7 @@ class SearchConfig:
         Keys of ``tenant.retrieval_config`` that are not search settings (e.g. ``pipeline``)
         are left to ``retrieval.schema``. ``InvalidInput`` for a bad value.
         """
-        stored = {k: v for k, v in (tenant.retrieval_config or {}).items() if k in _FIELDS}
+        stored = tenant_settings(tenant, keys=_FIELDS)
         given = {k: v for k, v in overrides.items() if v is not None}
         return cls.from_dict({"fusion": settings.KB_FUSION, **stored, **given})
 

@@ -16,6 +16,9 @@ from typing import Any
 
 from psycopg import sql
 
+from knowledge.access import access_scope_get
+from knowledge.attachments import attached_versions_hidden
+
 
 @dataclass(frozen=True)
 class RetrievalFilter:
@@ -211,3 +214,32 @@ class RetrievalFilter:
         if self.conversation_documents:
             data["conversation_documents"] = list(self.conversation_documents)
         return data  # nothing about other conversations' files, not even how many there are
+
+
+def retrieval_filter(
+    *,
+    tenant,
+    user=None,
+    source_ids=None,
+    as_of: date | None = None,
+    summaries: bool = True,
+    conversation_documents: tuple[int, ...] = (),
+) -> RetrievalFilter:
+    """The shared retrieval filter for ``user`` asking in ``tenant`` (sources, as-of date, access
+    rules; ``summaries`` false keeps summary chunks out). Files attached to conversations are
+    hidden, but ``conversation_documents`` (the files of the conversation asking:
+    ``people.attachments``), for everyone, operators included (``knowledge.attachments``).
+
+    ``user`` ``None`` applies no access rules (operators, evaluations); a user who is not a member
+    of ``tenant`` gets ``PermissionDenied`` (``knowledge.access.access_scope_get``).
+    """
+    access = access_scope_get(tenant=tenant, user=user)
+    return RetrievalFilter.for_tenant(
+        tenant,
+        source_ids=source_ids,
+        as_of=as_of,
+        access=access,
+        summaries=summaries,
+        conversation_documents=conversation_documents,
+        hidden_versions=attached_versions_hidden(tenant=tenant, keep=conversation_documents),
+    )

@@ -5,8 +5,8 @@ A ``Trace`` is written once, after the answer (``retrieval.tracing.trace_save``)
 pipeline's configuration, so it can be read without re-running anything. Old traces are removed
 by ``retrieval.tracing.traces_prune`` (daily, through Celery beat).
 
-``LLMUsage`` records the tokens of the LLM calls made for a tenant outside a traced answer, so
-every call counts against the tenant's daily LLM tokens (``retrieval.quotas``).
+The tokens of every LLM call, traced or not, are also recorded as ``knowledge.LLMUsage`` rows:
+those are what the tenant's daily LLM tokens quota counts (``knowledge.quotas``).
 """
 
 from __future__ import annotations
@@ -119,38 +119,6 @@ class TraceStep(models.Model):
         return f"{self.order}. {self.stage}"
 
 
-class LLMUsage(models.Model):
-    """The LLM tokens of one call made for a tenant outside a traced answer (``llm.metering``): the
-    quality gate's and evaluations' runs, judgment lists, enrichment, summaries, searches.
-
-    With the traces' tokens, these are the tenant's ``llm_tokens_per_day`` (``retrieval.quotas``).
-    ``purpose`` says what started the call. Pruned with the traces (``traces_prune``).
-    """
-
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
-    purpose = models.CharField(max_length=40)
-    tokens_in = models.IntegerField(default=0)
-    tokens_out = models.IntegerField(default=0)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    objects = TenantScopedQuerySet.as_manager()
-
-    class Meta:
-        constraints = [
-            models.CheckConstraint(condition=Q(tokens_in__gte=0), name="llmusage_tokens_in_non_negative"),
-            models.CheckConstraint(condition=Q(tokens_out__gte=0), name="llmusage_tokens_out_non_negative"),
-        ]
-        indexes = [
-            # ``llm_tokens_used``: a tenant's calls of the last 24 hours.
-            models.Index(fields=["tenant", "-created_at"], name="llmusage_tenant_created_idx"),
-            # ``traces_prune``: every tenant's records older than the retention period.
-            models.Index(fields=["created_at"], name="llmusage_created_idx"),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.purpose}: {self.tokens_in + self.tokens_out} tokens"
-
-
 from retrieval.walks.models import Fact, Walk, WalkStep  # noqa: E402  (the walks' models belong to this app)
 
-__all__ = ["Fact", "LLMUsage", "Trace", "TraceStep", "Walk", "WalkStep"]
+__all__ = ["Fact", "Trace", "TraceStep", "Walk", "WalkStep"]

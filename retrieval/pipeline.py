@@ -22,8 +22,11 @@ adaptive    simple, escalating to superrag then walkingrag while retrieval confi
 
 The first five are the standard row: condense (follow-ups) -> rewrites -> retrieve -> fuse ->
 signal rerankers -> themes -> pack -> generate -> score. The last three are composite stages
-(``retrieval.stages.superrag``, ``.walkingrag``, ``.adaptive``) that run ranking stages of
-their own.
+(``retrieval.stages.superrag``, ``retrieval.walks.stage``, ``retrieval.stages.adaptive``) that
+run ranking stages of their own.
+
+What is asked arrives as one ``retrieval.request.AnswerRequest``; ``_state_new`` checks it in the
+run's ``scope`` step and puts it in the run's state, where the stages read it.
 
 Which pipeline runs: the request's, else ``Tenant.retrieval_config["pipeline"]``, else
 ``KB_PIPELINE``; its settings come from the tenant's settings schema (``retrieval.schema``).
@@ -36,26 +39,27 @@ with the reason. After a malformed or empty reply the next stages may still call
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from datetime import date
+from collections.abc import Callable
+from dataclasses import replace
 
 from django.conf import settings
 
 from core.errors import InvalidInput
-from knowledge.access import access_scope_get
-from knowledge.attachments import attached_versions_hidden
-from llm import Usage, configured_llm, llm_metered
+from core.schema import tenant_settings
+from knowledge.quotas import llm_quota_error, llm_quota_get
+from llm import configured_llm, llm_metered
 from retrieval.config import MAX_QUERY_CHARS, MODES, SearchConfig
-from retrieval.filters import RetrievalFilter
-from retrieval.quotas import llm_quota_error, llm_quota_get
+from retrieval.filters import retrieval_filter
+from retrieval.registry import registry_configured
+from retrieval.request import AnswerRequest
+from retrieval.runs import AnswerRun, RetrievalRun
 from retrieval.schema import PIPELINE_KEY, PipelineSpec, settings_validate
 from retrieval.stages.adaptive import Adaptive
 from retrieval.stages.base import depth_for, stages_run
 from retrieval.stages.fuse import Fuse
 from retrieval.stages.generate import Generate
 from retrieval.stages.pack import Pack
-from retrieval.stages.rerank import SIGNAL_RERANKERS, Rerank
+from retrieval.stages.rerank import Rerank
 from retrieval.stages.retrieve.candidates import Retrieve
 from retrieval.stages.rewrite.condense import Condense
 from retrieval.stages.rewrite.expand import Expand
@@ -64,10 +68,10 @@ from retrieval.stages.rewrite.rephrase import Rephrase
 from retrieval.stages.score import Score
 from retrieval.stages.superrag import SuperRAG
 from retrieval.stages.themes import Themes
-from retrieval.stages.walkingrag import WalkingRAG
 from retrieval.state import RunState
 from retrieval.tracing import run_observed, trace_save
-from retrieval.types import Answer, QueryPlan, SearchResult, Step
+from retrieval.types import QueryPlan, Step
+from retrieval.walks.stage import WalkingRAG
 
 # ---- the registry -------------------------------------------------------------------------------
 REWRITES = {"rephrase": Rephrase(), "expand": Expand(), "hyde": HyDE()}
@@ -116,7 +120,7 @@ def pipeline_spec(*, tenant, name: str | None = None, overrides: dict | None = N
     pipeline, an unknown key or a bad value. A spec resolved before from the same inputs is
     returned as it was (kept per process; specs are frozen), so repeated searches skip validation.
     """
-    stored = dict(tenant.retrieval_config or {}) if tenant is not None else {}
+    stored = tenant_settings(tenant)
     wanted = {**stored, **(overrides or {})}
     if not isinstance(wanted.get(PIPELINE_KEY, ""), str):
         raise InvalidInput("Setting 'pipeline' must be a pipeline name.")
@@ -149,7 +153,7 @@ def _spec_key(name: str, wanted: dict) -> tuple | None:
         if value is not None and not isinstance(value, (str, int, float, bool)):
             return None
         items.append((key, type(value).__name__, value))
-    return (name, settings.KB_FUSION, tuple(SIGNAL_RERANKERS), tuple(items))
+    return (name, settings.KB_FUSION, registry_configured().reranker_paths, tuple(items))
 
 
 def _spec_build(name: str, wanted: dict) -> PipelineSpec:
@@ -167,162 +171,17 @@ def _spec_build(name: str, wanted: dict) -> PipelineSpec:
     )
 
 
-@dataclass
-class RetrievalRun:
-    """The ranked chunks of a pipeline run and how they were found.
-
-    ``results`` best first; ``steps`` one per stage; ``usage`` the LLM usage of the whole run;
-    ``degraded`` true when an LLM stage failed (``degraded_reason`` says which and why);
-    ``total_ms`` the wall time of all stages; ``timings_ms`` per retriever and stage.
-    """
-
-    pipeline: str
-    spec: PipelineSpec
-    plan: QueryPlan
-    results: list[SearchResult]
-    steps: list[Step]
-    usage: Usage
-    degraded: bool
-    degraded_reason: str
-    total_ms: float
-    timings_ms: dict[str, float]
-
-    @classmethod
-    def of(cls, run: RunState, *, total_ms: float) -> RetrievalRun:
-        """The record of ``run``'s retrieval: its plan and results, spec, steps, usage and degradation so far."""
-        return cls(
-            pipeline=run.spec.name,
-            spec=run.spec,
-            plan=run.plan,
-            results=run.results,
-            steps=run.steps,
-            usage=run.usage,
-            degraded=run.degraded,
-            degraded_reason="; ".join(run.reasons),
-            total_ms=total_ms,
-            timings_ms={name: round(ms, 2) for name, ms in {**run.timings, "total_ms": total_ms}.items()},
-        )
-
-
-@dataclass
-class AnswerRun:
-    """A cited answer with its pipeline, steps, LLM usage, degradation and trace id."""
-
-    answer: Answer
-    retrieval: RetrievalRun
-    steps: list[Step]
-    usage: Usage
-    degraded: bool
-    degraded_reason: str
-    total_ms: float
-    trace_id: int | None = None
-    # Answer-quality scores (``retrieval.stages.score.Score``) when ``KB_SCORE_ANSWERS`` is on, else None.
-    scores: dict | None = None
-    escalation: dict = field(default_factory=dict)
-    # Set by ``people.conversations.conversation_ask``: the conversation and the turn's number.
-    conversation_id: int | None = None
-    turn: int | None = None
-    # The numbered passages the answer was written from (``[n]`` is ``passages[n - 1]``).
-    passages: list = field(default_factory=list)
-    # Set by ``people.asking``: names of the sources still syncing when the question was answered
-    # (``knowledge.selectors.sources_syncing``); the answer may lack what they will bring.
-    syncing: list[str] = field(default_factory=list)
-
-    @property
-    def pipeline(self) -> str:
-        return self.retrieval.pipeline
-
-    def as_dict(self) -> dict:
-        """The API/CLI shape: the answer's fields plus pipeline, trace_id, degraded, steps, usage,
-        scores and ``syncing`` (source names still syncing; empty when all are in)."""
-        return {
-            **self.answer.as_dict(),
-            "pipeline": self.pipeline,
-            "trace_id": self.trace_id,
-            "degraded": self.degraded,
-            "degraded_reason": self.degraded_reason,
-            "steps": [step.as_dict() for step in self.steps],
-            "usage": self.usage.as_dict(),
-            "scores": self.scores,
-            "syncing": self.syncing,
-            **({"escalation": self.escalation} if self.escalation else {}),
-            **({"conversation_id": self.conversation_id, "turn": self.turn} if self.conversation_id else {}),
-        }
-
-
-def _question_check(question: str, *, label: str = "question") -> str:
-    question = (question or "").strip()
-    if not question:
-        raise InvalidInput(f"The {label} is empty.")
-    if len(question) > MAX_QUERY_CHARS:
-        raise InvalidInput(f"The {label} is longer than {MAX_QUERY_CHARS} characters.")
-    return question
-
-
-# Per-request switches: name -> default. ``personalize`` turns the personal rerank stage and the
-# prompt's user layer on or off; ``collapse`` collapses near-duplicate clusters (None: the
-# tenant's setting); ``summaries`` lets summary chunks compete (None: the tenant's
-# ``include_summaries``).
-REQUEST_OPTIONS = {"personalize": True, "collapse": None, "summaries": None}
-
-
-def _options(options: dict | None) -> dict:
-    unknown = sorted(set(options or {}) - set(REQUEST_OPTIONS))
-    if unknown:
-        raise InvalidInput(f"Unknown request option(s): {', '.join(unknown)}.")
-    merged = {**REQUEST_OPTIONS, **(options or {})}
-    if not isinstance(merged["personalize"], bool):
-        raise InvalidInput(f"Option 'personalize' must be true or false, not {merged['personalize']!r}.")
-    if merged["summaries"] is not None and not isinstance(merged["summaries"], bool):
-        raise InvalidInput(f"Option 'summaries' must be true or false, not {merged['summaries']!r}.")
-    return merged
-
-
-def _summaries_wanted(spec: PipelineSpec, options: dict) -> bool:
-    """Whether summary chunks compete: the request's ``summaries`` option, else the spec's ``include_summaries``."""
-    return spec.include_summaries if options["summaries"] is None else options["summaries"]
-
-
-def retrieval_filter(
-    *,
-    tenant,
-    user=None,
-    source_ids=None,
-    as_of: date | None = None,
-    summaries: bool = True,
-    conversation_documents: Sequence[int] = (),
-) -> RetrievalFilter:
-    """The shared retrieval filter for ``user`` asking in ``tenant`` (sources, as-of date, access
-    rules; ``summaries`` false keeps summary chunks out). Files attached to conversations are
-    hidden, but ``conversation_documents`` (the files of the conversation asking:
-    ``people.attachments``), for everyone, operators included (``knowledge.attachments``).
-
-    ``user`` ``None`` applies no access rules (operators, evaluations); a user who is not a member
-    of ``tenant`` gets ``PermissionDenied`` (``knowledge.access.access_scope_get``).
-    """
-    access = access_scope_get(tenant=tenant, user=user)
-    return RetrievalFilter.for_tenant(
-        tenant,
-        source_ids=source_ids,
-        as_of=as_of,
-        access=access,
-        summaries=summaries,
-        conversation_documents=conversation_documents,
-        hidden_versions=attached_versions_hidden(tenant=tenant, keep=conversation_documents),
-    )
-
-
 def _llm_for(llm, use_llm: bool):
     if not use_llm:
         return None
     return configured_llm() if llm is CONFIGURED else llm
 
 
-def _llm_quota(*, tenant, client):
-    """(the tenant's LLM tokens quota or ``None`` when unlimited or no LLM is used, the
-    ``QuotaExceeded`` when its tokens of the last 24 hours are used up or ``None``)."""
+def _over_llm_quota(*, tenant, client):
+    """The ``QuotaExceeded`` of a tenant whose LLM tokens of the last 24 hours are used up
+    (``knowledge.quotas``), else ``None`` (also when unlimited or no LLM is used)."""
     quota = llm_quota_get(tenant=tenant) if client is not None else None
-    return quota, (llm_quota_error(quota) if quota is not None else None)
+    return llm_quota_error(quota) if quota is not None else None
 
 
 def _spec_for(tenant, pipeline, overrides) -> PipelineSpec:
@@ -335,35 +194,58 @@ SCOPE_STEP = "scope"
 
 
 def _state_new(
-    *,
-    started: float,
-    tenant,
-    spec: PipelineSpec,
-    user,
-    source_ids,
-    as_of,
-    options: dict | None,
-    conversation_documents: Sequence[int] = (),
-    **fields,
+    request: AnswerRequest, *, started: float, tenant, user, overrides: dict | None, answering: bool, **fields
 ) -> RunState:
-    """A run's ``RunState``, timed from ``started`` (``time.perf_counter()`` when the pipeline was
-    called): the request's options checked, its retrieval filter built (access rules of ``user``,
-    sources, ``as_of``, summary chunks), and the other ``fields`` as given.
+    """A run's ``RunState`` for ``request``, timed from ``started`` (``time.perf_counter()`` when
+    the pipeline was called), with the other ``fields`` as given.
 
-    Its first step, ``scope``, is the time from ``started`` to here: the arguments checked, the
+    The request is checked (``InvalidInput`` for an empty or over-long question, ``k`` outside
+    1-20 for an answer or 1-200 for a search, an unknown mode, pipeline or setting), its question
+    stripped and its ``k`` set (default 5 for an answer, 10 for a search); the pipeline's spec
+    resolved (``overrides`` on the tenant's settings; an answer's packing from the request); the
+    retrieval filter built (access rules of ``user``, the request's sources, ``as_of``, summary
+    chunks: the request's ``summaries``, else the spec's ``include_summaries``).
+
+    Its first step, ``scope``, is the time from ``started`` to here: the request checked, the
     pipeline's settings resolved, the asker's access scope read (one query for a signed-in user,
     none otherwise) and the filter built; its summary names the pipeline and the filter.
     """
-    options = _options(options)
+    label, k_default, k_max = ("question", 5, 20) if answering else ("query", 10, 200)
+    question = request.question.strip()
+    if not question:
+        raise InvalidInput(f"The {label} is empty.")
+    if len(question) > MAX_QUERY_CHARS:
+        raise InvalidInput(f"The {label} is longer than {MAX_QUERY_CHARS} characters.")
+    k = k_default if request.k is None else request.k
+    if not 1 <= k <= k_max:
+        raise InvalidInput(f"k must be between 1 and {k_max}.")
+    spec = _spec_for(tenant, request.pipeline, overrides)
+    pack = {"strategy": request.strategy, "window_size": request.window_size} if answering else {}
+    pack = {key: value for key, value in pack.items() if value is not None}
+    spec = spec.with_settings(**pack) if pack else spec
+    mode = (request.mode if not answering else None) or spec.mode
+    if mode not in MODES:
+        raise InvalidInput(f"Unknown mode {mode!r}; use one of {', '.join(MODES)}.")
+    request = replace(request, question=question, k=k)
     where = retrieval_filter(
         tenant=tenant,
         user=user,
-        source_ids=source_ids,
-        as_of=as_of,
-        summaries=_summaries_wanted(spec, options),
-        conversation_documents=conversation_documents,
+        source_ids=request.source_ids,
+        as_of=request.as_of,
+        summaries=spec.include_summaries if request.summaries is None else request.summaries,
+        conversation_documents=request.conversation_documents,
     )
-    state = RunState(tenant=tenant, spec=spec, where=where, user=user, options=options, started=started, **fields)
+    state = RunState(
+        request=request,
+        tenant=tenant,
+        spec=spec,
+        where=where,
+        user=user,
+        mode=mode,
+        answering=answering,
+        started=started,
+        **fields,
+    )
     state.step_add(
         Step(stage=SCOPE_STEP, ms=state.elapsed_ms(), summary={"pipeline": spec.name, "filter": where.summary()})
     )
@@ -372,55 +254,25 @@ def _state_new(
 
 @run_observed("retrieve")
 def pipeline_retrieve(
-    *,
-    tenant,
-    query: str,
-    pipeline: str | PipelineSpec | None = None,
-    k: int = 10,
-    mode: str | None = None,
-    source_ids: list[int] | None = None,
-    overrides: dict | None = None,
-    llm=CONFIGURED,
-    use_llm: bool = True,
-    history: list[str] | None = None,
-    user=None,
-    as_of: date | None = None,
-    options: dict | None = None,
+    request: AnswerRequest, *, tenant, user=None, llm=CONFIGURED, overrides: dict | None = None
 ) -> RetrievalRun:
-    """Run a pipeline's stages up to the ranking; the top ``k`` chunks, best first.
+    """Run ``request``'s pipeline up to the ranking; its top ``k`` chunks, best first.
 
-    ``mode`` overrides the pipeline's retrieval mode; ``source_ids`` keeps only those sources;
-    ``llm`` is an ``LLMClient`` (default: the configured one; ``None`` or ``use_llm=False``: no
-    LLM). ``user`` is who asks (access rules, personalization); ``as_of`` retrieves the versions
-    current on that date; ``options`` are per-request switches (``REQUEST_OPTIONS``).
-    ``InvalidInput`` for an empty or over-long query, ``k`` outside 1-200, an unknown mode
-    or pipeline. LLM failures degrade (see the module docstring), never raise. The LLM calls
-    count against the tenant's daily LLM tokens (``retrieval.quotas``, recorded as ``search``);
-    over its limit they are refused before they are sent and the stages that wanted them fall
-    back (``degraded``, the reason giving the figures).
+    ``request`` (``retrieval.request.AnswerRequest``): the question as the query, ``k`` (1-200),
+    the pipeline, ``mode`` (overrides the pipeline's retrieval mode), sources, ``as_of``, the
+    switches; the packing and answer fields are not used. ``user`` is who asks (access rules,
+    personalization); ``llm`` an ``LLMClient`` (default: the configured one; ``None`` or the
+    request's ``use_llm`` false: no LLM); ``overrides`` settings on top of the tenant's
+    (``retrieval.schema.setting_keys()``). ``InvalidInput`` for an empty or over-long query,
+    ``k`` outside 1-200, an unknown mode, pipeline or setting. LLM failures degrade (see the
+    module docstring), never raise. The LLM calls count against the tenant's daily LLM tokens
+    (``knowledge.quotas``, recorded as ``search``); over its limit they are refused before they
+    are sent and the stages that wanted them fall back (``degraded``, the reason giving the
+    figures).
     """
     started = time.perf_counter()
-    query = _question_check(query, label="query")
-    if not 1 <= k <= 200:
-        raise InvalidInput("k must be between 1 and 200.")
-    spec = _spec_for(tenant, pipeline, overrides)
-    mode = mode or spec.mode
-    if mode not in MODES:
-        raise InvalidInput(f"Unknown mode {mode!r}; use one of {', '.join(MODES)}.")
-    state = _state_new(
-        started=started,
-        tenant=tenant,
-        spec=spec,
-        user=user,
-        source_ids=source_ids,
-        as_of=as_of,
-        options=options,
-        llm=_llm_for(llm, use_llm),
-        question=query,
-        history=history,
-        k=k,
-        mode=mode,
-    )
+    state = _state_new(request, started=started, tenant=tenant, user=user, overrides=overrides, answering=False)
+    state.llm = _llm_for(llm, state.request.use_llm)
     with llm_metered(tenant=tenant, purpose="search"):
         state = _run(state)
     return RetrievalRun.of(state, total_ms=state.elapsed_ms())
@@ -429,111 +281,63 @@ def pipeline_retrieve(
 def _run(state: RunState) -> RunState:
     """Run the spec's pipeline on ``state`` from the question as asked."""
     stages = PIPELINES[state.spec.name]
-    state.plan = QueryPlan.from_question(state.question)
+    state.plan = QueryPlan.from_question(state.request.question)
     state.depth = depth_for(state, stages)
     return stages_run(state, stages)
 
 
 @run_observed("answer")
 def pipeline_answer(
+    request: AnswerRequest,
     *,
     tenant,
-    question: str,
-    pipeline: str | PipelineSpec | None = None,
     user=None,
-    k: int = 5,
-    strategy: str | None = None,
-    window_size: int | None = None,
-    reverse_pack: bool = True,
-    use_llm: bool = True,
-    source_ids: list[int] | None = None,
-    overrides: dict | None = None,
     llm=CONFIGURED,
-    history: list[str] | None = None,
+    overrides: dict | None = None,
     trace: bool | None = None,
     on_event: Callable[[str, dict], None] | None = None,
-    as_of: date | None = None,
-    options: dict | None = None,
     walk=None,
-    conversation_documents: Sequence[int] = (),
 ) -> AnswerRun:
-    """Answer ``question`` from the tenant's documents with numbered citations, through a pipeline.
+    """Answer ``request``'s question from the tenant's documents with numbered citations.
 
-    ``k`` passages (1-20) go into the context, packed by ``strategy`` (top_n or window, default
-    the pipeline's) with ``window_size`` neighbours. The answer is the LLM's (``llm``, default the
-    configured one) or extractive (no LLM, ``use_llm=False``, or the LLM failed: then
-    ``degraded``). A trace is saved after the answer unless ``trace`` is false (default
-    ``KB_TRACING``, and always for a tenant with an LLM tokens limit); ``user`` is recorded on
-    it. A tenant that used its LLM tokens of the last 24 hours (``retrieval.quotas``) is answered
-    without the LLM, ``degraded`` with a reason starting ``quota_exceeded:``.
-    ``on_event(event, data)``, when given, is called as the run goes: ``"step"`` after each stage
-    (``{"stage", "ms", "summary", "error"?}``) and ``"token"`` for each piece of a streamed LLM
-    answer (``{"text"}``); the LLM answer is then streamed. ``as_of`` and ``options`` as in ``pipeline_retrieve``. ``walk``: the
-    ``retrieval.walks.recorder.WalkRecorder`` of a steered walk (WalkingRAG).
-    ``conversation_documents``: the files attached to the conversation asking, searched with the
-    tenant's documents (every other attached file stays hidden). ``InvalidInput`` for bad
-    arguments. Every LLM call of the run counts against the tenant's daily LLM tokens, traced or
-    not (``trace=False``, e.g. evaluations: recorded as ``answer`` usage instead of on a trace).
+    ``request`` (``retrieval.request.AnswerRequest``): ``k`` passages (1-20) go into the context,
+    packed by its ``strategy`` and ``window_size`` (default the pipeline's); its sources,
+    ``as_of``, ``history`` (a conversation's earlier questions) and switches; ``use_llm`` false
+    answers extractively. The answer is the LLM's (``llm``, default the configured one) or
+    extractive (no LLM, or the LLM failed: then ``degraded``). A trace is saved after the answer
+    when ``trace`` is true (default ``KB_TRACING``); ``user`` is the asker (access rules, personalization) and is recorded on it. A tenant
+    that used its LLM tokens of the last 24 hours (``knowledge.quotas``) is answered without the
+    LLM, ``degraded`` with a reason starting ``quota_exceeded:``. ``on_event(event, data)``, when
+    given, is called as the run goes: ``"step"`` after each stage (``{"stage", "ms", "summary",
+    "error"?}``) and ``"token"`` for each piece of a streamed LLM answer (``{"text"}``); the LLM
+    answer is then streamed. ``overrides`` as in ``pipeline_retrieve``. ``walk``: the
+    ``retrieval.walks.recorder.WalkRecorder`` of a steered walk (WalkingRAG). ``InvalidInput`` for
+    a bad request. Every LLM call of the run counts against the tenant's daily LLM tokens, traced
+    or not (recorded as ``answer`` usage).
     """
     started = time.perf_counter()
-    question = _question_check(question)
-    if not 1 <= k <= 20:
-        raise InvalidInput("k must be between 1 and 20.")
-    spec = _spec_for(tenant, pipeline, overrides)
-    pack = {"strategy": strategy, "window_size": window_size}
-    if any(value is not None for value in pack.values()):
-        spec = spec.with_settings(**{key: value for key, value in pack.items() if value is not None})
-    client = _llm_for(llm, use_llm)
-    # The tenant's LLM tokens of the day (retrieval.quotas): over the limit, no LLM for this run.
-    quota, over_quota = _llm_quota(tenant=tenant, client=client)
-    if over_quota is not None:
-        client = None
-    # A tenant with an LLM tokens limit is always traced, unless the caller wants no trace: its
-    # traces are the meter of its answers; an untraced run's calls are recorded one by one.
-    traced = bool(settings.KB_TRACING if trace is None else trace) or (quota is not None and trace is not False)
     state = _state_new(
+        request,
         started=started,
         tenant=tenant,
-        spec=spec,
         user=user,
-        source_ids=source_ids,
-        as_of=as_of,
-        options=options,
-        llm=client,
-        emit=on_event,
-        question=question,
-        history=history,
-        k=k,
-        mode=spec.mode,
+        overrides=overrides,
         answering=True,
-        reverse_pack=reverse_pack,
+        emit=on_event,
         walk=walk,
-        conversation_documents=conversation_documents,
     )
+    client = _llm_for(llm, state.request.use_llm)
+    # The tenant's LLM tokens of the day (knowledge.quotas): over the limit, no LLM for this run.
+    over_quota = _over_llm_quota(tenant=tenant, client=client)
+    state.llm = client if over_quota is None else None
+    # Traced as the installation or the caller asks, LLM tokens limit or not: the meter records
+    # every LLM call of the run (knowledge.LLMUsage), so the quota needs no trace.
+    traced = bool(settings.KB_TRACING if trace is None else trace)
     if over_quota is not None:
         state.reasons.append(f"{over_quota.code}: {over_quota.message}")
-    with llm_metered(tenant=tenant, purpose="answer", record=not traced):
+    with llm_metered(tenant=tenant, purpose="answer"):
         state = _run(state)
-    answer, search_ms = state.answer, state.search_ms
-    total_ms = state.elapsed_ms()
-    answer.timings_ms = {
-        "search_ms": round(search_ms, 2),
-        "answer_ms": round(total_ms - search_ms, 2),
-        "total_ms": round(total_ms, 2),
-    }
-    retrieval = RetrievalRun.of(state, total_ms=search_ms)
-    result = AnswerRun(
-        answer=answer,
-        retrieval=retrieval,
-        steps=state.steps,
-        usage=state.usage,
-        degraded=state.degraded,
-        degraded_reason=retrieval.degraded_reason,
-        total_ms=total_ms,
-        escalation=state.escalation,
-        scores=state.scores,
-        passages=list(state.passages or []),
-    )
+    result = AnswerRun.of(state)
     if traced:
         result.trace_id = _trace_write(tenant=tenant, user=user, result=result)
     if state.walk is not None:  # a WalkingRAG walk ends once its trace is written

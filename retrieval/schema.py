@@ -19,15 +19,15 @@ from core.errors import InvalidInput
 from core.schema import part_fields, part_rows, setting, setting_check
 from knowledge.ingestion_settings import IngestionSettings
 from retrieval.config import MODES, SearchConfig, search_check
+from retrieval.registry import registry_configured
 from retrieval.stages.adaptive import AdaptiveConfig
 from retrieval.stages.generate import GenerateConfig
 from retrieval.stages.pack import PackConfig
-from retrieval.stages.rerank import SIGNAL_RERANKERS, signal_rerankers
 from retrieval.stages.rewrite.expand import ExpandConfig
 from retrieval.stages.rewrite.hyde import HydeConfig
 from retrieval.stages.superrag import SuperRAGConfig
 from retrieval.stages.themes import ThemesConfig
-from retrieval.stages.walkingrag import WalkConfig
+from retrieval.walks.config import WalkConfig
 
 PIPELINE_KEY = "pipeline"
 
@@ -107,7 +107,7 @@ def settings_parts() -> list[type]:
         AdaptiveConfig,
         ThemesConfig,
         GenerateConfig,
-        *(module.Config for module in signal_rerankers()),
+        *(module.Config for module in registry_configured().signal_rerankers),
         IngestionSettings,
     ]
 
@@ -117,7 +117,7 @@ _owners: dict[tuple, dict[str, tuple[type, Any]]] = {}
 
 def owners() -> dict[str, tuple[type, Any]]:
     """Every setting key -> (its part, its field); built once per set of registered rerankers."""
-    key = tuple(SIGNAL_RERANKERS)
+    key = registry_configured().reranker_paths
     found = _owners.get(key)
     if found is None:
         found = {}

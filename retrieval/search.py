@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from core.replicas import replica_reads
 from retrieval.config import FUSIONS, MAX_QUERY_CHARS, MODES, SearchConfig
 from retrieval.pipeline import pipeline_retrieve, pipeline_spec
+from retrieval.request import AnswerRequest
 from retrieval.types import SearchResult
 
 __all__ = ["FUSIONS", "MAX_QUERY_CHARS", "MODES", "SearchConfig", "SearchResponse", "SearchResult", "chunk_search"]
@@ -32,38 +33,17 @@ class SearchResponse:
 
 
 @replica_reads  # reads from a healthy replica when there are some (core.replicas)
-def chunk_search(
-    *,
-    tenant,
-    query: str,
-    k: int = 10,
-    mode: str = "hybrid",
-    source_ids: list[int] | None = None,
-    config: SearchConfig | None = None,
-    as_of=None,
-    user=None,
-    options: dict | None = None,
-) -> SearchResponse:
-    """Search the tenant's chunks; the top ``k`` with each retriever's score and rank.
+def chunk_search(request: AnswerRequest, *, tenant, user=None, config: SearchConfig | None = None) -> SearchResponse:
+    """Search the tenant's chunks for ``request`` (``retrieval.request.AnswerRequest``: the
+    question as the query, ``k``, ``mode`` (hybrid, lexical + dense fused, by default; lexical or
+    dense), sources, ``as_of``, the switches); the top ``k`` with each retriever's score and rank.
 
-    ``mode`` is hybrid (lexical + dense, fused), lexical or dense; ``config`` defaults to the
-    tenant's. ``InvalidInput`` for an empty or over-long query, ``k`` outside 1-200 or an
-    unknown mode. ``as_of`` (a ``date``) searches the versions current on that day; ``user`` is who
-    asks (access rules, personalization); ``options`` are per-request switches
-    (``retrieval.pipeline.REQUEST_OPTIONS``).
+    ``config`` defaults to the tenant's; ``user`` is who asks (access rules, personalization).
+    ``InvalidInput`` for an empty or over-long query, ``k`` outside 1-200 or an unknown mode.
     """
     spec = pipeline_spec(tenant=tenant, name="simple")
     if config is not None:
         spec = replace(spec, search=config)
-    run = pipeline_retrieve(
-        tenant=tenant,
-        query=query,
-        pipeline=spec,
-        k=k,
-        mode=mode,
-        source_ids=source_ids,
-        as_of=as_of,
-        user=user,
-        options=options,
-    )
-    return SearchResponse(results=run.results, timings_ms=run.timings_ms, mode=mode, config=spec.search)
+    request = replace(request, pipeline=spec, mode=request.mode or "hybrid")
+    run = pipeline_retrieve(request, tenant=tenant, user=user)
+    return SearchResponse(results=run.results, timings_ms=run.timings_ms, mode=request.mode, config=spec.search)

@@ -19,6 +19,8 @@ from typing import Any
 
 from llm import LLMBadOutput, LLMEmptyReply, LLMError, Usage
 from retrieval.filters import RetrievalFilter
+from retrieval.registry import Registry, registry_configured
+from retrieval.request import AnswerRequest
 from retrieval.tracing import step_recorded, step_span
 from retrieval.types import Answer, CandidateLists, Passage, QueryPlan, SearchResult, Step
 
@@ -33,29 +35,27 @@ NO_LLM = "no LLM configured"
 class RunState:
     """One run of a pipeline, from the question to the ranked chunks or the cited answer.
 
-    Set up by ``retrieval.pipeline``: ``tenant``, ``spec`` (the pipeline and the tenant's
-    settings, ``retrieval.schema.PipelineSpec``), ``where`` (the shared retrieval filter),
-    ``llm`` (an ``LLMClient`` or ``None``; dropped after an endpoint failure), ``user`` (signed-in
-    asker or ``None``), ``options`` (per-request switches), ``question``, ``history`` (earlier
-    questions of a conversation, oldest first), ``k`` (results the ranking delivers), ``mode``,
-    ``answering`` (false: stop at the ranking) and ``reverse_pack``.
+    Set up by ``retrieval.pipeline``: ``request`` (what is asked, ``retrieval.request.AnswerRequest``:
+    the question, ``k``, history, the per-request switches; stages read it there), ``tenant``,
+    ``spec`` (the pipeline and the tenant's settings, ``retrieval.schema.PipelineSpec``),
+    ``where`` (the shared retrieval filter), ``llm`` (an ``LLMClient`` or ``None``; dropped after
+    an endpoint failure), ``user`` (signed-in asker or ``None``), ``mode`` (the request's retrieval
+    mode, else the spec's) and ``answering`` (false: stop at the ranking). A stage's own working
+    state stays in ``memo`` under the stage's name (SuperRAG's graded candidates, for one).
     """
 
+    request: AnswerRequest
     tenant: Any
     spec: Any
     where: RetrievalFilter
     llm: Any = None
     user: Any = None
-    options: dict = field(default_factory=dict)
     emit: Callable[[str, dict], None] | None = None
-    question: str = ""
-    history: list[str] | None = None
-    k: int = 10
-    # Results the ranking stages deliver: ``k``, or more when a later stage wants more (themes).
+    # Results the ranking stages deliver: the request's ``k``, or more when a later stage wants
+    # more (themes).
     depth: int = 0
     mode: str = "hybrid"
     answering: bool = False
-    reverse_pack: bool = True
     # What the stages leave.
     plan: QueryPlan | None = None
     candidates: CandidateLists | None = None
@@ -68,9 +68,6 @@ class RunState:
     escalation: dict = field(default_factory=dict)
     # Milliseconds from the start of the run to the end of retrieval (before packing).
     search_ms: float = 0.0
-    # SuperRAG's graded candidates (retrieval order) and the kept ones (best first).
-    scored: list = field(default_factory=list)
-    kept: list = field(default_factory=list)
     # Answer-quality scores (``retrieval.stages.score``) when ``KB_SCORE_ANSWERS`` is on.
     scores: dict | None = None
     # The record.
@@ -84,6 +81,8 @@ class RunState:
     # The walk a WalkingRAG stage records into (``retrieval.walks.recorder.WalkRecorder``): given
     # for a steered walk, set by the stage for any other walk with an LLM; ``None`` otherwise.
     walk: Any = None
+    # What the run calls from outside retrieval (signal rerankers, person hooks, memory retriever).
+    registry: Registry = field(default_factory=registry_configured)
     started: float = field(default_factory=time.perf_counter)
 
     def __post_init__(self):

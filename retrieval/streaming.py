@@ -40,6 +40,7 @@ from django.db import connection
 
 from core.errors import ApplicationError
 from retrieval.pipeline import pipeline_answer
+from retrieval.request import AnswerRequest
 from retrieval.tracing import summary_compact
 
 logger = logging.getLogger(__name__)
@@ -75,26 +76,24 @@ def error_body(exc: BaseException) -> dict:
 
 
 def answer_events(
+    request: AnswerRequest,
     *,
     tenant,
     user,
     present: Callable[[dict], Any] | None = None,
     keepalive_s: float = KEEPALIVE_S,
     runner: Callable[..., Any] = pipeline_answer,
-    **options,
+    **run_options,
 ) -> Iterator[str]:
-    """SSE frames of one answer run over ``tenant``'s documents, as the run goes (see the module).
-
-    ``tenant`` must already be the caller's (resolve it in the request, before streaming);
-    ``user`` is recorded on the trace; ``options`` are ``pipeline_answer``'s keyword arguments
-    (``question`` required; ``pipeline``, ``k``, ``strategy``, ``window_size``, ``reverse_pack``,
-    ``use_llm``, ``source_ids``, ``llm``...). ``present(answer_dict) -> data`` shapes the final
-    ``answer`` event (default: ``AnswerRun.as_dict()`` as is); it runs in the consuming thread.
-
-    The run happens in a worker thread, started on the first ``next()``; it closes its own
-    database connection when done. Every error, including bad options (``InvalidInput``),
-    becomes one ``error`` frame. Closing the generator early (the client went away) stops the
-    run at its next event.
+    """SSE frames of one answer run of ``request`` (``retrieval.request.AnswerRequest``) over
+    ``tenant``'s documents, as the run goes (see the module). ``tenant`` must already be the
+    caller's (resolve it in the request, before streaming); ``user`` is recorded on the trace;
+    ``run_options`` are ``runner``'s other keyword arguments (``pipeline_answer``'s: ``llm``...).
+    ``present(answer_dict) -> data`` shapes the final ``answer`` event (default:
+    ``AnswerRun.as_dict()`` as is); it runs in the consuming thread. The run happens in a worker
+    thread, started on the first ``next()``; it closes its own database connection when done.
+    Every error, including a bad request (``InvalidInput``), becomes one ``error`` frame. Closing
+    the generator early (the client went away) stops the run at its next event.
     """
     events: queue.Queue = queue.Queue()
     cancelled = threading.Event()
@@ -108,7 +107,7 @@ def answer_events(
 
     def work() -> None:
         try:
-            run = runner(tenant=tenant, user=user, on_event=on_event, **options)
+            run = runner(request, tenant=tenant, user=user, on_event=on_event, **run_options)
             events.put(("answer", run.as_dict()))
         except _Cancelled:
             pass

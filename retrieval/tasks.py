@@ -19,21 +19,22 @@ def traces_prune_task() -> int:
 
 @shared_task(time_limit=3600, soft_time_limit=3570)
 def walk_run_task(walk_id: int) -> str:
-    """Run steered walk ``walk_id`` to its answer (``retrieval.steering.walk_execute``); its
+    """Run steered walk ``walk_id`` to its answer (``retrieval.walks.steering.walk_execute``); its
     status. Binds the walk's tenant itself. A paused walk holds the worker until a person resumes
     or stops it, or ``KB_WALK_PAUSE_TIMEOUT_S`` runs out."""
-    from retrieval.steering import walk_execute
+    from retrieval.pipeline import pipeline_answer
+    from retrieval.walks.steering import walk_execute
 
-    return walk_execute(walk_id=walk_id).status
+    return walk_execute(walk_id=walk_id, answer=pipeline_answer).status
 
 
 @shared_task(time_limit=300, soft_time_limit=270)
 def walks_recover_task() -> list[int]:
-    """Launch again the steered walks whose process stopped (``retrieval.steering.walks_recover``);
+    """Launch again the steered walks whose process stopped (``retrieval.walks.steering.walks_recover``);
     their ids. Unsteered walks left running by a stopped answer request end as failed
     (``walks_abandoned_fail``). Run by beat every ``KB_JOB_LEASE_S``: a sweep over every tenant,
     run as the owner (the task's ``rls_bypass``), like the other recovery sweeps (``docs/rls.md``)."""
-    from retrieval.steering import walks_abandoned_fail, walks_recover
+    from retrieval.walks.steering import walks_abandoned_fail, walks_recover
 
     walks_abandoned_fail()
     return walks_recover()

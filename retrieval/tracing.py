@@ -34,8 +34,9 @@ from django.utils import timezone
 
 from core import metrics, telemetry
 from core.errors import InvalidInput
+from knowledge.models import LLMUsage
 from llm import Usage
-from retrieval.models import LLMUsage, Trace, TraceStep
+from retrieval.models import Trace, TraceStep
 from retrieval.types import Step
 
 MAX_SUMMARY_ITEMS = 50  # items kept of any list (or mapping) in a summary
@@ -332,8 +333,9 @@ def _step_finish(span, record: Step) -> None:
 
 
 def run_observed(operation: str) -> Callable:
-    """Decorate a pipeline entry point (keyword arguments only; ``operation`` ``answer`` or
-    ``retrieve``) that returns a run with ``pipeline``, ``steps``, ``usage`` and ``degraded``.
+    """Decorate a pipeline entry point (``run(request, **kwargs)``: an ``AnswerRequest`` and
+    keyword arguments; ``operation`` ``answer`` or ``retrieve``) that returns a run with
+    ``pipeline``, ``steps``, ``usage`` and ``degraded``.
 
     Each call is a ``kb.<operation>`` span (tenant, pipeline, the answer's trace id, degraded
     stages, LLM usage; the question's text only with ``KB_OTEL_CAPTURE_QUESTIONS``), and its wall
@@ -344,9 +346,9 @@ def run_observed(operation: str) -> Callable:
 
     def decorate(run: Callable) -> Callable:
         @functools.wraps(run)
-        def observed(**kwargs):
+        def observed(request, **kwargs):
             started = time.perf_counter()
-            question = kwargs.get("question", kwargs.get("query")) or ""
+            question = request.question
             base = {
                 "kb.operation": operation,
                 "kb.question.chars": len(question),
@@ -356,9 +358,9 @@ def run_observed(operation: str) -> Callable:
                 base["kb.question"] = _attribute_text(question)
             with telemetry.span(f"kb.{operation}", attributes=base) as span:
                 try:
-                    result = run(**kwargs)
+                    result = run(request, **kwargs)
                 except Exception:
-                    requested = kwargs.get("pipeline")
+                    requested = request.pipeline
                     pipeline = getattr(requested, "name", requested) if requested else ""
                     metrics.pipeline_run_observe(
                         operation=operation,

@@ -17,7 +17,8 @@ from the commit at the tip of ``source.branch`` (empty: the repository's default
   suffix), or the path itself without a prefix.
 * ``published_at`` is the committer date (UTC) of the last commit that gave the file its
   current content. Only the files read in this sync are dated, in one walk of the history from
-  the tip that ends as soon as they all are, so a sync with few changes stays cheap.
+  the tip that ends as soon as they all are, so a sync with few changes stays cheap
+  (``knowledge.connectors.git_history``).
 * A renamed file is a deleted document at the old path and a new one at the new path.
 
 The tenant boundary (``docs/security.md``), checked at every sync:
@@ -38,7 +39,7 @@ The tenant boundary (``docs/security.md``), checked at every sync:
   one to the location's own host (``_transport_check``);
 * a fetch downloads at most ``KB_GIT_MAX_MB``, its responses unpack (``Content-Encoding``) to at
   most as much, and it lasts at most ``KB_GIT_TIMEOUT_S`` (each read waits at most
-  ``HTTP_TIMEOUT_S``); past any it stops, and nothing of it is kept;
+  ``HTTP_TIMEOUT_S``); past any it stops, and nothing of it is kept (``knowledge.connectors.git_fetch``);
 * every file's blob is sized from its headers before it is inflated
   (``knowledge.connectors.git_objects``), in a fetched and a local repository alike: one that
   inflates past ``KB_PARSE_MAX_UNPACKED_MB``, or past ``KB_PARSE_MAX_RATIO`` times its stored size
@@ -57,15 +58,13 @@ import stat
 import time
 import zlib
 from collections.abc import Iterator, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path, PurePosixPath
-from tempfile import SpooledTemporaryFile
 from urllib.parse import urlsplit, urlunsplit
 
 from django.conf import settings
 from dulwich.client import AbstractHttpGitClient, HTTPUnauthorized, get_transport_and_path
 from dulwich.config import ConfigDict
-from dulwich.diff_tree import tree_changes
 from dulwich.errors import NotGitRepository
 from dulwich.objects import Commit, Tree
 from dulwich.repo import Repo
@@ -74,6 +73,8 @@ from core.errors import ApplicationError, InvalidInput
 from core.outbound import FETCH_FAILED, NOT_ALLOWED, AddressNotAllowed, FetchLimitExceeded, guarded_pool_manager
 from core.uploads import size_text
 from knowledge.connectors.base import FileConnector, Item, SourceUnreachable, path_selected
+from knowledge.connectors.git_fetch import FetchLimit, fetch_limited
+from knowledge.connectors.git_history import commit_dates
 from knowledge.connectors.git_local import local_repository_open
 from knowledge.connectors.git_objects import ObjectDamaged, ObjectSizes
 from knowledge.folder_grants import NOT_ALLOWED as LOCATION_NOT_ALLOWED
@@ -185,84 +186,6 @@ def _reason(exc: BaseException) -> str:
     """An exception as a short text, without credentials from any URL it quotes."""
     text = re.sub(r"//[^/@\s]+@", "//", str(exc).strip())
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-class _FetchLimit(Exception):
-    """A fetch passed the operator's size or time limit."""
-
-
-def _fetch_limited(client, path, repo: Repo, determine_wants, *, deadline: float):
-    """``client.fetch(path, repo, determine_wants)`` that stops once the pack passes
-    ``KB_GIT_MAX_MB`` or the clock passes ``deadline`` (``time.monotonic()`` seconds), raising
-    ``_FetchLimit`` before anything is added to ``repo``. Returns dulwich's ``FetchPackResult``."""
-    limit = settings.KB_GIT_MAX_MB * 2**20
-    received = 0
-
-    def within_time(*_args) -> None:
-        if time.monotonic() > deadline:
-            raise _FetchLimit(f"the fetch took longer than {settings.KB_GIT_TIMEOUT_S} s")
-
-    def wants(refs, depth=None):
-        within_time()
-        return determine_wants(refs, depth)
-
-    with SpooledTemporaryFile(max_size=16 * 2**20, prefix="incoming-", dir=repo.object_store.path) as pack:
-
-        def pack_data(data: bytes) -> None:
-            nonlocal received
-            received += len(data)
-            if received > limit:
-                raise _FetchLimit(f"the repository is larger than {settings.KB_GIT_MAX_MB} MB")
-            within_time()
-            pack.write(data)
-
-        result = client.fetch_pack(path, wants, repo.get_graph_walker(), pack_data, progress=within_time)
-        if pack.tell():
-            pack.seek(0)
-            repo.object_store.add_thin_pack(pack.read, None)
-    return result
-
-
-def commit_dates(repo: Repo, tip: bytes, wanted: Mapping[bytes, bytes]) -> dict[bytes, datetime]:
-    """When each path of ``wanted`` (path -> its blob id at ``tip``) got that content.
-
-    Returns path -> the committer date (UTC) of the newest commit, walking back from ``tip``,
-    whose tree has the path with that blob while none of its parents' trees does (so a file
-    merged from another branch keeps the date of its commit there). The walk compares each
-    commit's tree with its parents' (identical subtrees are skipped) and ends once every path is
-    dated. A shallow history's oldest commits count as having no parents; a path the walk cannot
-    date (a damaged history) is missing from the result.
-    """
-    pending = dict(wanted)
-    dates: dict[bytes, datetime] = {}
-    if not pending:
-        return dates
-    store = repo.object_store
-    try:
-        for entry in repo.get_walker(include=[tip]):
-            commit: Commit = entry.commit
-            parents = repo.get_parents(commit.id, commit)  # none at a shallow history's edge
-            parent_trees: list[bytes | None] = [store[parent].tree for parent in parents] or [None]
-            introduced: set[bytes] | None = None
-            for parent_tree in parent_trees:
-                changed = {
-                    change.new.path
-                    for change in tree_changes(store, parent_tree, commit.tree)
-                    if change.new is not None
-                    and change.new.path in pending
-                    and change.new.sha == pending[change.new.path]
-                }
-                introduced = changed if introduced is None else introduced & changed
-                if not introduced:
-                    break
-            for path in introduced or ():
-                dates[path] = datetime.fromtimestamp(commit.commit_time, tz=UTC)
-                del pending[path]
-            if not pending:
-                break
-    except KeyError:  # a missing commit or tree: what is dated so far stands
-        pass
-    return dates
 
 
 class GitConnector(FileConnector):
@@ -377,8 +300,8 @@ class GitConnector(FileConnector):
 
         try:
             try:
-                result = _fetch_limited(client, path, repo, determine_wants, deadline=deadline)
-            except (_FetchLimit, FetchLimitExceeded) as exc:
+                result = fetch_limited(client, path, repo, determine_wants, deadline=deadline)
+            except (FetchLimit, FetchLimitExceeded) as exc:
                 raise SourceUnreachable(f"{shown}: {exc}; nothing of it was kept.") from None
             except AddressNotAllowed:
                 raise SourceUnreachable(f"{shown}: {NOT_ALLOWED}.", code=AddressNotAllowed.code) from None

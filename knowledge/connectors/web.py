@@ -8,7 +8,7 @@ scheme and host, under its folder (start ``https://h/docs/index.html`` or
 not request as the last sync left them (it cannot tell whether they are gone): a page is deleted
 only when the site says so (404, 410, left out of the sitemap or no longer linked within the limit).
 
-Discovery
+Discovery (``knowledge.connectors.web_discovery``)
     A location ending in ``.xml`` or ``.xml.gz``, or one answering with an XML sitemap (``urlset``,
     or a ``sitemapindex`` whose sitemaps are read one level deep; gzipped or not), lists the pages.
     Otherwise the connector crawls breadth-first from the start page, following ``<a href>`` links
@@ -44,7 +44,7 @@ Changes
     whose fingerprint equals the known one is still yielded as unchanged (its links are followed,
     its text is neither extracted nor embedded again).
 
-Reading
+Reading (``knowledge.connectors.web_reading``)
     The main text comes from trafilatura as Markdown (headings become sections, tables are
     kept), with the page's title and publication date (``published_at``, midnight UTC); when
     trafilatura finds nothing, the project's HTML reader reads the whole page. Only HTML
@@ -60,19 +60,13 @@ Failures
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import io
-import logging
 import posixpath
-import re
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from functools import partial
-from urllib.parse import urljoin, urlsplit, urlunsplit
+from urllib.parse import urljoin, urlsplit
 from urllib.robotparser import RobotFileParser
 
 import httpx2 as httpx
@@ -88,13 +82,20 @@ from core.outbound import (
     guarded_http_transport,
 )
 from knowledge.connectors.base import FileConnector, Item, SourceUnreachable, path_selected
-from knowledge.ingestion import sandbox
-from knowledge.ingestion.readers import ReadDocument, read_bytes
+from knowledge.connectors.web_discovery import (
+    BOT_NAME,
+    max_bytes,
+    page_links,
+    page_noindex,
+    sitemap_parse,
+    url_normalize,
+)
+from knowledge.connectors.web_reading import page_extract, page_read
 from knowledge.models import Source
 
-logger = logging.getLogger(__name__)
+# Names callers import from here: discovery (``web_discovery``) and reading (``web_reading``) too.
+__all__ = ["BOT_NAME", "USER_AGENT", "WebConnector", "max_bytes", "page_extract", "page_read", "url_normalize"]
 
-BOT_NAME = "KnowledgeBaseBot"
 USER_AGENT = f"{BOT_NAME}/1.0"
 TIMEOUT_S = 20.0
 MAX_REDIRECTS = 5
@@ -107,28 +108,6 @@ NOT_PAGES = (
     ".7z .avi .bmp .css .csv .doc .docx .epub .exe .gif .gz .ico .jpeg .jpg .js .json .mov .mp3 .mp4 .odp .ods "
     ".odt .pdf .png .ppt .pptx .rar .svg .tar .tgz .wav .webm .webp .woff .woff2 .xls .xlsx .xml .zip"
 ).split()
-
-
-def max_bytes() -> int:
-    """The largest page, sitemap or ``robots.txt`` read (``KB_WEB_MAX_PAGE_MB``), in bytes."""
-    return int(settings.KB_WEB_MAX_PAGE_MB * 2**20)
-
-
-def url_normalize(url: str) -> str:
-    """``url`` without its fragment, with a lower-case scheme and host, no default port, and a path
-    (``/`` when empty)."""
-    parts = urlsplit(url.strip())
-    scheme = parts.scheme.lower()
-    host = (parts.hostname or "").lower()
-    if ":" in host:  # IPv6
-        host = f"[{host}]"
-    try:
-        port = parts.port
-    except ValueError:  # not a port: kept as it is, so the URL matches no site
-        port, host = None, parts.netloc.lower()
-    if port and not (scheme == "http" and port == 80) and not (scheme == "https" and port == 443):
-        host = f"{host}:{port}"
-    return urlunsplit((scheme, host, parts.path or "/", parts.query, ""))
 
 
 @dataclass
@@ -330,7 +309,7 @@ class WebConnector(FileConnector):
     def _sitemap_urls(self, page: _Page) -> list[str] | None:
         """The page URLs a sitemap lists (an index's sitemaps read one level deep), or None if
         ``page`` is no sitemap; ``SourceUnreachable`` when one cannot be read or unpacks past the cap."""
-        kind, locations = _sitemap_parse(page.body, url=page.url)
+        kind, locations = sitemap_parse(page.body, url=page.url)
         if kind is None:
             return None
         if kind == "urlset":
@@ -341,7 +320,7 @@ class WebConnector(FileConnector):
             if not child_url.startswith(self.origin + "/") or not self._allowed(child_url):
                 continue
             child = self._get_or_unreachable(child_url, "a sitemap of the sitemap index")
-            child_kind, child_locations = _sitemap_parse(child.body, url=child.url)
+            child_kind, child_locations = sitemap_parse(child.body, url=child.url)
             if child_kind == "urlset":
                 urls.extend(child_locations)
         return urls
@@ -382,7 +361,7 @@ class WebConnector(FileConnector):
         requested = 1
         while page is not None:
             if page.status == 200 and page.is_html and not page.offsite and self._on_site(page.url):
-                for link in _links(page):
+                for link in page_links(page.body, url=page.url):
                     if link not in queued and self._followed(link):
                         queued.add(link)
                         queue.append(link)
@@ -439,73 +418,13 @@ class WebConnector(FileConnector):
         fingerprint = page.fingerprint()
         if known.get(page.url) == fingerprint:
             return Item(page.url, fingerprint, unchanged=True)
-        if _noindex(page):  # an unchanged page kept its (indexable) state; a changed one may ask out
+        if page_noindex(page.body):  # an unchanged page kept its (indexable) state; a changed one may ask out
             return None
         try:
             document = page_read(page.body, url=page.url, encoding=_charset(page.headers))
         except InvalidInput as exc:
             return Item(page.url, fingerprint, error=exc.message)
         return Item(page.url, fingerprint, documents=[document])
-
-
-_MARKDOWN_ESCAPE = re.compile(r"\\([*_`~\[\]<])")
-
-
-def page_read(html: bytes | str, *, url: str, encoding: str | None = None) -> ReadDocument:
-    """An HTML page as a ``ReadDocument`` (external id and URI: ``url``), read by ``page_extract``
-    in the parse sandbox's child (``knowledge.ingestion.sandbox``: trafilatura and lxml build a
-    tree of the whole page, up to ``KB_WEB_MAX_PAGE_MB``).
-
-    ``InvalidInput``: the page holds no text (``empty_file``), or its reading passed the
-    sandbox's limits (``parse_timeout``, ``document_too_large``, ``parse_failed``).
-    """
-    parse = partial(page_extract, html, url=url, encoding=encoding)
-    return sandbox.parse_isolated(parse, name=url, preload=("trafilatura", "bs4", "lxml.etree"))
-
-
-def page_extract(html: bytes | str, *, url: str, encoding: str | None = None) -> ReadDocument:
-    """``page_read`` in this process.
-
-    The main text is trafilatura's Markdown (headings as sections, tables kept), titled and dated
-    from the page's metadata; when trafilatura finds no text, the HTML reader reads the whole
-    page. ``InvalidInput`` when the page holds no text.
-    """
-    import trafilatura
-    from trafilatura.utils import decode_file
-
-    if isinstance(html, bytes):
-        # The header's charset, else the page's own <meta charset> or a guess (trafilatura).
-        html = html.decode(encoding, "replace") if encoding else decode_file(html)
-    extracted = None
-    try:
-        extracted = trafilatura.bare_extraction(
-            html, url=url, include_tables=True, include_formatting=True, with_metadata=True
-        )
-    except Exception:  # trafilatura on a malformed page: the HTML reader below reads it
-        logger.warning("trafilatura could not read %s", url, exc_info=True)
-    # trafilatura escapes Markdown's inline characters (``KB\\_WORKERS``); the stored text keeps
-    # them plain, as the page shows them, so identifiers are searched as written.
-    markdown = _MARKDOWN_ESCAPE.sub(r"\1", (getattr(extracted, "text", "") or "")).strip()
-    try:
-        if markdown:
-            document = read_bytes(markdown.encode(), name="page.md", external_id=url, uri=url)[0]
-        else:
-            document = read_bytes(html.encode(), name="page.html", external_id=url, uri=url)[0]
-    except InvalidInput:
-        raise InvalidInput(f"{url}: the page holds no text.", code="empty_file") from None
-    title = (getattr(extracted, "title", "") or "").strip()
-    if title:
-        document.title = title[:500]
-    document.published_at = _date(getattr(extracted, "date", "") or "")
-    return document
-
-
-def _date(value: str) -> datetime | None:
-    """trafilatura's ``YYYY-MM-DD`` as midnight UTC; None when absent or malformed."""
-    try:
-        return datetime.strptime(value[:10], "%Y-%m-%d").replace(tzinfo=UTC)
-    except ValueError:
-        return None
 
 
 def _charset(headers: httpx.Headers) -> str | None:
@@ -519,90 +438,3 @@ def _charset(headers: httpx.Headers) -> str | None:
                 return None
             return charset
     return None
-
-
-def _tree(page: _Page):
-    """The page's parsed HTML (lxml), or None when it cannot be parsed."""
-    import lxml.html
-    from lxml.etree import ParserError
-
-    try:
-        return lxml.html.fromstring(page.body)
-    except (ParserError, ValueError):
-        return None
-
-
-def _robots_directives(tree) -> set[str]:
-    """The lower-case directives of a page's ``<meta name="robots">`` (or ``name="KnowledgeBaseBot"``);
-    ``none`` stands for ``noindex`` and ``nofollow``."""
-    directives: set[str] = set()
-    for element in tree.iter("meta"):
-        if (element.get("name") or "").strip().lower() in ("robots", BOT_NAME.lower()):
-            directives.update(d.strip().lower() for d in (element.get("content") or "").split(","))
-    if "none" in directives:
-        directives |= {"noindex", "nofollow"}
-    return directives
-
-
-def _noindex(page: _Page) -> bool:
-    """Whether the page asks not to be indexed (``<meta name="robots" content="noindex">``)."""
-    tree = _tree(page)
-    return tree is not None and "noindex" in _robots_directives(tree)
-
-
-def _links(page: _Page) -> list[str]:
-    """The normalized absolute URLs of a page's ``<a href>`` links (honouring ``<base href>``);
-    none when its ``<meta name="robots">`` says ``nofollow``."""
-    tree = _tree(page)
-    if tree is None or "nofollow" in _robots_directives(tree):
-        return []
-    base = page.url
-    for element in tree.iter("base"):
-        if element.get("href"):
-            base = urljoin(page.url, element.get("href").strip())
-            break
-    links = []
-    for element in tree.iter("a"):
-        href = (element.get("href") or "").strip()
-        if not href or href.startswith(("#", "mailto:", "javascript:", "tel:")):
-            continue
-        url = urljoin(base, href)
-        if urlsplit(url).scheme in ("http", "https"):
-            links.append(url_normalize(url))
-    return links
-
-
-def _sitemap_parse(body: bytes, *, url: str = "") -> tuple[str | None, list[str]]:
-    """(``"urlset"`` or ``"sitemapindex"``, its ``<loc>`` values) of a sitemap, gzipped or not;
-    (None, []) for anything else. ``SourceUnreachable`` when a gzipped sitemap (``url``) unpacks
-    past ``KB_WEB_MAX_PAGE_MB``.
-
-    Entities are not resolved and nothing is fetched by the parser.
-    """
-    from lxml import etree
-
-    if body[:2] == b"\x1f\x8b":  # a gzipped sitemap (sitemap.xml.gz), unpacked to at most max_bytes()
-        try:
-            body = gzip.GzipFile(fileobj=io.BytesIO(body)).read(max_bytes() + 1)
-        except (OSError, EOFError):
-            return None, []
-        if len(body) > max_bytes():
-            raise SourceUnreachable(f"{url}: the sitemap is larger than {max_bytes() / 2**20:g} MB once unpacked.")
-    parser = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=False, recover=False)
-    try:
-        root = etree.fromstring(body.strip(), parser=parser)
-    except (etree.XMLSyntaxError, ValueError):
-        return None, []
-    kind = etree.QName(root).localname if isinstance(root.tag, str) else ""
-    if kind not in ("urlset", "sitemapindex"):
-        return None, []
-    entry = "url" if kind == "urlset" else "sitemap"
-    locations = []
-    for element in root:  # <url> or <sitemap>; other <loc>s (images, videos) are not pages
-        if not isinstance(element.tag, str) or etree.QName(element).localname != entry:
-            continue
-        for loc in element:
-            if isinstance(loc.tag, str) and etree.QName(loc).localname == "loc" and loc.text and loc.text.strip():
-                locations.append(loc.text.strip())
-                break
-    return kind, locations

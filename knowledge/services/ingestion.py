@@ -19,104 +19,77 @@ Embedding (slow) happens before any transaction opens; then every document of th
 in one transaction (each under a row lock on its document): a call stores all of its documents or,
 when any of them fails, none. With ``KB_EMBED_QUEUE`` set, embedding moves to a task of its own on
 that queue, after the commit (``knowledge.services.embeddings``).
+
+This module prepares and embeds a call's documents and stores them in one transaction;
+``knowledge.services.version_store`` stores each one as a version with its chunks, and
+``knowledge.services.ingest_reports`` holds what a call reports.
 """
 
 from __future__ import annotations
 
-import hashlib
+import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
 
 import numpy as np
 from django.conf import settings
-from django.db import DataError, IntegrityError, connection, transaction
-from django.db.models import Exists, Max, OuterRef
+from django.db import connection, transaction
+from django.db.models import Exists, OuterRef
 
 from core import metrics
 from core.errors import InvalidInput
 from core.models import Tenant
 from core.queue import task_enqueue
-from core.quotas import quota_limits
 from core.replicas import replica_write_mark
 from knowledge import task_names
-from knowledge.dedup.selectors import tenant_duplicates_changed
 from knowledge.embedders import Embedder, get_embedder
 from knowledge.enrichment.services import enrichment_enqueue
 from knowledge.ingestion.readers import SUPPORTED_EXTENSIONS, ReadDocument, read_path
-from knowledge.ingestion.splitters import Span, Splitter, get_splitter
-from knowledge.models import Chunk, Document, DocumentVersion, Source
-from knowledge.pages import chunk_page_metadata, document_metadata, page_starts_of
-from knowledge.quotas import quota_check, quota_check_early
+from knowledge.ingestion.splitters import Splitter, get_splitter
+from knowledge.models import Chunk, DocumentVersion, Source
+from knowledge.quotas import quota_check, quota_check_early, quota_limits
 from knowledge.services.embeddings import (
     chunks_embed_enqueue,
     embedding_deferred,
     embedding_input,
 )
+from knowledge.services.ingest_reports import IngestNote, IngestOutcome, IngestReport, ocr_budget_notes
 from knowledge.services.maintenance import tables_maintain_enqueue
-from knowledge.services.originals import original_keep
+from knowledge.services.originals import original_size
+from knowledge.services.version_store import (
+    Prepared,
+    content_hash,
+    current_version_id,
+    prepared_store,
+    version_chunks_pass_on,
+    version_reindex,
+)
 from knowledge.services.versions import versions_prune
 from knowledge.summaries.services import summaries_enqueue
 from knowledge.vector_index import tenant_vector_index_ensure, vector_index_ensure
 
-
-def content_hash(text: str) -> str:
-    """SHA-256 hex digest of normalized text (UTF-8)."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
+# Names callers import from here (``knowledge.services`` re-exports them too).
+__all__ = [
+    "IngestNote",
+    "IngestOutcome",
+    "IngestReport",
+    "collect_files",
+    "content_hash",
+    "documents_ingest",
+    "embedding_input",
+    "near_duplicates_enqueue",
+    "paths_ingest",
+    "version_chunks_pass_on",
+    "version_reindex",
+]
 
 # Bulk loads of at least this many chunks refresh planner statistics (~0.3 s on 10k chunks,
 # against seconds of embedding), so the first searches after them get good plans.
 ANALYZE_AFTER_CHUNKS = 200
 
 
-@dataclass
-class IngestOutcome:
-    """What happened to one document: created, updated, unchanged or duplicate."""
-
-    external_id: str
-    status: str
-    document_id: int
-    version: int
-    chunks: int
-    duplicate_of: int | None = None
-
-
-@dataclass
-class IngestReport:
-    """Totals of an ingestion call; ``outcomes`` lists every document."""
-
-    outcomes: list[IngestOutcome] = field(default_factory=list)
-    embed_seconds: float = 0.0
-    total_seconds: float = 0.0
-
-    def counts(self) -> dict[str, int]:
-        counts = {"created": 0, "updated": 0, "unchanged": 0, "duplicate": 0}
-        for outcome in self.outcomes:
-            counts[outcome.status] += 1
-        counts["chunks"] = sum(o.chunks for o in self.outcomes if o.status in ("created", "updated"))
-        return counts
-
-    def as_dict(self) -> dict:
-        return {
-            **self.counts(),
-            "embed_seconds": round(self.embed_seconds, 2),
-            "total_seconds": round(self.total_seconds, 2),
-            "documents": [o.__dict__ for o in self.outcomes],
-        }
-
-
-@dataclass
-class _Prepared:
-    read: ReadDocument
-    hash: str
-    spans: list[Span] = field(default_factory=list)
-    vectors: np.ndarray | None = None
-    status: str = "pending"  # unchanged | duplicate | new
-
-
-def _current_hashes(tenant: Tenant, prepared: list[_Prepared], source: Source) -> tuple[dict[str, str], dict[str, int]]:
+def _current_hashes(tenant: Tenant, prepared: list[Prepared], source: Source) -> tuple[dict[str, str], dict[str, int]]:
     """(external_id -> current hash of that document, hash -> a current version id in the tenant).
 
     Files attached to conversations (``knowledge.attachments``) are never duplicates, nor
@@ -157,7 +130,7 @@ def documents_ingest(
     (``knowledge.services.embeddings``); ``embed_seconds`` is then 0. Raises
     ``InvalidInput`` when ``source`` is another tenant's, two documents share an id, a document
     has no text to index or the database refuses a document (named; the database's own message
-    is only logged), and ``QuotaExceeded`` (``core.quotas``, 403) when storing them would take the
+    is only logged), and ``QuotaExceeded`` (``knowledge.quotas``, 403) when storing them would take the
     tenant past its documents, stored bytes, chunks or sources limit (checked before embedding,
     and again under the tenant's quota lock before the first write). Transient database errors
     (``django.db.OperationalError``) and embedding endpoint failures (``UpstreamError``)
@@ -167,20 +140,65 @@ def documents_ingest(
     ``{"stage": "embedding" | "storing", "documents": n, "chunks_total": c, "chunks_embedded": e}``
     after each embedding batch and once before storing. ``on_stored`` (if given) is called with
     the report inside the storing transaction, after the last document is stored: what it writes
-    (e.g. a synced document's access rules) commits with the documents or not at all.
+    (e.g. a synced document's access rules) commits with the documents or not at all. The
+    report's ``notes`` name the documents whose scanned pages went past the OCR budget
+    (``ocr_budget_notes``); they fail nothing.
     """
-    import time
-
     started = time.perf_counter()
+    ids = _documents_check(tenant=tenant, source=source, documents=documents)
+    prepared, by_document, by_hash = _documents_prepare(
+        tenant=tenant, source=source, documents=documents, splitter=splitter or get_splitter()
+    )
+    adding = _quota_adding(tenant=tenant, source=source, prepared=prepared, current=by_document)
+    quota_check_early(tenant=tenant, **adding)  # before embedding: a call over a limit costs nothing
+    # KB_EMBED_QUEUE set: the chunks are stored without embeddings, for the embedding task.
+    deferred = embedder is None and embedding_deferred()
+    embedder_key = embedder.key if embedder else tenant.embedder
+    embed_seconds = _documents_embed(
+        tenant=tenant,
+        prepared=prepared,
+        embedder=embedder,
+        deferred=deferred,
+        progress=progress,
+        on_progress=on_progress,
+    )
+    report = IngestReport(embed_seconds=embed_seconds, notes=ocr_budget_notes(documents))
+    with transaction.atomic():
+        quota_check(tenant=tenant, **adding)  # again, under the tenant's quota lock, before any write
+        if source.pk is None:  # a new source is stored with its first documents, or not at all
+            source.save()
+        _documents_store(
+            tenant=tenant, source=source, prepared=prepared, by_hash=by_hash, embedder_key=embedder_key, report=report
+        )
+        if on_stored is not None:
+            on_stored(report)
+    position = {external_id: i for i, external_id in enumerate(ids)}
+    report.outcomes.sort(key=lambda o: position[o.external_id])
+    _after_storing(tenant=tenant, source=source, report=report, deferred=deferred, embedder_key=embedder_key)
+    report.total_seconds = time.perf_counter() - started
+    metrics.ingestion_observe(counts=report.counts(), seconds=report.total_seconds)
+    return report
+
+
+def _documents_check(*, tenant: Tenant, source: Source, documents: list[ReadDocument]) -> list[str]:
+    """The documents' ids, in order; ``InvalidInput`` when ``source`` is another tenant's or two share an id."""
     if source.tenant_id != tenant.pk:
         raise InvalidInput("The source belongs to another tenant.")
     ids = [d.external_id for d in documents]
     if len(set(ids)) != len(ids):
         raise InvalidInput("Two documents in one ingestion share an external id.")
-    splitter = splitter or get_splitter()
-    prepared = [_Prepared(read=d, hash=content_hash(d.text)) for d in documents]
+    return ids
+
+
+def _documents_prepare(
+    *, tenant: Tenant, source: Source, documents: list[ReadDocument], splitter: Splitter
+) -> tuple[list[Prepared], dict[str, str], dict[str, int]]:
+    """Hash each document and sort it: ``unchanged`` (its current version has that hash),
+    ``duplicate`` (a current version in the tenant, or an earlier document of the call, has it) or
+    ``new`` (split into spans). Returns the prepared documents and ``_current_hashes``'s two maps."""
+    prepared = [Prepared(read=d, hash=content_hash(d.text)) for d in documents]
     by_document, by_hash = _current_hashes(tenant, prepared, source)
-    first_in_batch: dict[str, _Prepared] = {}
+    first_in_batch: dict[str, Prepared] = {}
     for item in prepared:
         if by_document.get(item.read.external_id) == item.hash:
             item.status = "unchanged"
@@ -190,14 +208,22 @@ def documents_ingest(
             item.status = "new"
             first_in_batch[item.hash] = item
             item.spans = splitter.split(item.read)
-    adding = _quota_adding(tenant=tenant, source=source, prepared=prepared, current=by_document)
-    quota_check_early(tenant=tenant, **adding)  # before embedding: a call over a limit costs nothing
+    return prepared, by_document, by_hash
 
+
+def _documents_embed(
+    *,
+    tenant: Tenant,
+    prepared: list[Prepared],
+    embedder: Embedder | None,
+    deferred: bool,
+    progress: bool,
+    on_progress: Callable[[dict], None] | None,
+) -> float:
+    """Embed the new documents' spans (unless ``deferred``) and report the storing stage to
+    ``on_progress``. Returns the seconds spent embedding (0 when deferred)."""
     to_embed = [item for item in prepared if item.status == "new" and item.spans]
     embed_started = time.perf_counter()
-    embedder_key = embedder.key if embedder else tenant.embedder
-    # KB_EMBED_QUEUE set: the chunks are stored without embeddings, for the embedding task.
-    deferred = embedder is None and embedding_deferred()
     if to_embed and not deferred:
         embedder = embedder or get_embedder(tenant.embedder)
         _embed_all(to_embed, embedder, progress=progress, on_progress=on_progress, documents=len(prepared))
@@ -209,70 +235,79 @@ def documents_ingest(
         on_progress(
             {"stage": "storing", "documents": len(prepared), "chunks_total": chunks, "chunks_embedded": embedded}
         )
+    return embed_seconds
 
-    report = IngestReport(embed_seconds=embed_seconds)
+
+def _documents_store(
+    *,
+    tenant: Tenant,
+    source: Source,
+    prepared: list[Prepared],
+    by_hash: dict[str, int],
+    embedder_key: str,
+    report: IngestReport,
+) -> None:
+    """Store every prepared document (inside the caller's transaction), adding its outcome to ``report``.
+
+    Duplicates of versions stored before this call go first: when this call replaces such a
+    version, its chunks then move to them. Duplicates of documents new in this call go last,
+    once those have versions.
+    """
     stored_by_hash: dict[str, int] = dict(by_hash)
-    # Duplicates of versions stored before this call go first: when this call replaces such a
-    # version, its chunks then move to them. Duplicates of documents new in this call go last,
-    # once those have versions.
     order = {"duplicate": 2, "new": 1, "unchanged": 1}
     ordered = sorted(
         prepared,
         key=lambda p: (0 if p.status == "duplicate" and p.hash in by_hash else order[p.status], p.read.external_id),
     )
-    with transaction.atomic():
-        quota_check(tenant=tenant, **adding)  # again, under the tenant's quota lock, before any write
-        if source.pk is None:  # a new source is stored with its first documents, or not at all
-            source.save()
-        for item in ordered:
-            outcome = _store_or_explain(
-                tenant=tenant,
-                source=source,
-                item=item,
-                embedder_key=embedder_key,
-                duplicate_version_id=stored_by_hash.get(item.hash) if item.status == "duplicate" else None,
-            )
-            if outcome.status in ("created", "updated"):
-                stored_by_hash.setdefault(item.hash, _current_version_id(outcome.document_id))
-            report.outcomes.append(outcome)
-        if on_stored is not None:
-            on_stored(report)
-    position = {external_id: i for i, external_id in enumerate(ids)}
-    report.outcomes.sort(key=lambda o: position[o.external_id])
+    for item in ordered:
+        outcome = prepared_store(
+            tenant=tenant,
+            source=source,
+            item=item,
+            embedder_key=embedder_key,
+            duplicate_version_id=stored_by_hash.get(item.hash) if item.status == "duplicate" else None,
+        )
+        if outcome.status in ("created", "updated"):
+            stored_by_hash.setdefault(item.hash, current_version_id(outcome.document_id))
+        report.outcomes.append(outcome)
+
+
+def _after_storing(*, tenant: Tenant, source: Source, report: IngestReport, deferred: bool, embedder_key: str) -> None:
+    """What follows a stored call: old versions pruned (``versions_kept``), planner statistics and
+    table maintenance, the embedding, near-duplicate, enrichment and summary tasks queued, and
+    the tenant's replicas awaited for its next reads."""
+    counts = report.counts()
     updated = [o.document_id for o in report.outcomes if o.status in ("updated", "duplicate")]
     if updated and source.versions_kept is not None:
         versions_prune(source=source, document_ids=updated)
-    if report.counts()["chunks"] >= ANALYZE_AFTER_CHUNKS:
+    if counts["chunks"] >= ANALYZE_AFTER_CHUNKS:
         # Fresh planner statistics, so the first searches after a bulk load get good plans.
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE knowledge_chunk, knowledge_posting, knowledge_termstatistic")
-    if report.counts()["chunks"]:
+    if counts["chunks"]:
         tables_maintain_enqueue()  # VACUUM (ANALYZE) in the background, so fresh rows read fast
-    if deferred and report.counts()["chunks"]:
+    if deferred and counts["chunks"]:
         chunks_embed_enqueue(tenant_id=tenant.pk)  # on KB_EMBED_QUEUE; it then sees to the HNSW indexes
     elif not deferred:
         tenant_vector_index_ensure(tenant_id=tenant.pk, embedder_key=embedder_key)  # own HNSW index once large
     near_duplicates_enqueue(tenant=tenant, report=report)
     enrichment_enqueue(tenant=tenant, report=report)
     summaries_enqueue(tenant=tenant, report=report)
-    if report.counts()["created"] or report.counts()["updated"]:
+    if counts["created"] or counts["updated"]:
         # Everyone's reads in the tenant wait for a replica to replay this (core.replicas).
         transaction.on_commit(lambda: replica_write_mark(tenant_id=tenant.pk))
-    report.total_seconds = time.perf_counter() - started
-    metrics.ingestion_observe(counts=report.counts(), seconds=report.total_seconds)
-    return report
 
 
-def _quota_adding(*, tenant: Tenant, source: Source, prepared: list[_Prepared], current: dict[str, str]) -> dict:
+def _quota_adding(*, tenant: Tenant, source: Source, prepared: list[Prepared], current: dict[str, str]) -> dict:
     """What storing ``prepared`` adds to the tenant's quotas (``knowledge.quotas``): ``documents``
     (ids with no live document yet; ``current`` maps the live ones' ids to their hashes),
-    ``stored_bytes`` (the text of every new version), ``chunks`` (the new versions' chunks, plus
+    ``stored_bytes`` (the text of every new version and its kept original file), ``chunks`` (the new versions' chunks, plus
     the chunks a replaced version hands on to a document that duplicated it) and ``sources``
     (1 for a source not saved yet)."""
     stored = [item for item in prepared if item.status != "unchanged"]
     adding = {
         "documents": sum(1 for item in stored if item.read.external_id not in current),
-        "stored_bytes": sum(len(item.read.text.encode("utf-8")) for item in stored),
+        "stored_bytes": sum(len(item.read.text.encode("utf-8")) + original_size(item.read) for item in stored),
         "chunks": sum(len(item.spans) for item in stored if item.status == "new"),
         "sources": 1 if source.pk is None else 0,
     }
@@ -296,30 +331,8 @@ def near_duplicates_enqueue(*, tenant: Tenant, report: IngestReport) -> None:
     task_enqueue(task_names.NEAR_DUPLICATES, tenant.pk)
 
 
-def _store_or_explain(**kwargs) -> IngestOutcome:
-    """``_store``, with the database refusing a document turned into ``InvalidInput`` naming it.
-
-    The database's message (which may quote SQL) is logged, never shown.
-    """
-    import logging
-
-    external_id = kwargs["item"].read.external_id
-    try:
-        return _store(**kwargs)
-    except (DataError, IntegrityError) as exc:
-        logging.getLogger(__name__).warning("The database refused document %r: %s", external_id, exc)
-        reason = "a value is too long or malformed" if isinstance(exc, DataError) else "it conflicts with stored data"
-        raise InvalidInput(
-            f"{external_id}: the document could not be stored ({reason}).", code="document_not_stored"
-        ) from exc
-
-
-def _current_version_id(document_id: int) -> int:
-    return DocumentVersion.objects.filter(document_id=document_id, is_current=True).values_list("id", flat=True).get()
-
-
 def _embed_all(
-    items: list[_Prepared],
+    items: list[Prepared],
     embedder: Embedder,
     *,
     progress: bool,
@@ -362,152 +375,6 @@ def _embed_all(
     for item in items:
         item.vectors = vectors[position : position + len(item.spans)]
         position += len(item.spans)
-
-
-def _chunks_create(
-    version: DocumentVersion,
-    spans: list[Span],
-    vectors: np.ndarray | None,
-    embedder_key: str,
-    page_starts: list[int] | None = None,
-) -> list[Chunk]:
-    """Insert the chunks of ``version`` (call inside the version's transaction); ``vectors``
-    ``None`` stores them without embeddings (``KB_EMBED_QUEUE``). With ``page_starts`` (a paged
-    document's, ``knowledge.pages``) each chunk's metadata holds its ``page`` and ``page_end``."""
-    return Chunk.objects.bulk_create(
-        (
-            Chunk(
-                tenant_id=version.document.tenant_id,
-                version=version,
-                ordinal=i,
-                heading=span.heading,
-                text=span.text,
-                token_count=span.token_count,
-                char_start=span.start,
-                char_end=span.end,
-                embedder=embedder_key,
-                embedding=None if vectors is None else vectors[i],  # None: for the embedding task
-                is_current=version.is_current,
-                metadata=chunk_page_metadata(page_starts, span.start, span.end),
-            )
-            for i, span in enumerate(spans)
-        ),
-        batch_size=500,
-    )
-
-
-def _store(
-    *,
-    tenant: Tenant,
-    source: Source,
-    item: _Prepared,
-    embedder_key: str,
-    duplicate_version_id: int | None,
-) -> IngestOutcome:
-    """Store one prepared document (see module docstring) inside the caller's transaction.
-
-    No savepoint per document: a failure aborts the whole call, and thousands of savepoints in
-    one transaction would overflow PostgreSQL's subtransaction cache.
-    """
-    read = item.read
-    with transaction.atomic(savepoint=False):
-        document, _ = Document.objects.select_for_update().get_or_create(
-            tenant=tenant,
-            external_id=read.external_id,
-            defaults={
-                "source": source,
-                "title": read.title,
-                "uri": read.uri,
-                "metadata": document_metadata(read.metadata),
-            },
-        )
-        current = document.versions.filter(is_current=True).first()
-        if current is not None and current.content_hash == item.hash:
-            return IngestOutcome(
-                read.external_id,
-                "unchanged",
-                document.pk,
-                current.number,
-                current.chunks.filter(kind=Chunk.Kind.BODY).count(),
-                current.duplicate_of_id,
-            )
-        if item.status == "new" and not item.spans:
-            raise InvalidInput(f"{read.external_id}: no text to index.", code="empty_file")
-        previous_title = document.title
-        document.source = source
-        document.title, document.uri, document.metadata = (
-            read.title,
-            read.uri,
-            document_metadata(read.metadata),  # the line boxes go beside the original (knowledge.originals)
-        )
-        document.deleted_at = None  # back at its source after a sync marked it deleted
-        document.save(update_fields=["source", "title", "uri", "metadata", "deleted_at", "updated_at"])
-        if current is not None:
-            number = current.number + 1
-        else:
-            number = (document.versions.aggregate(last=Max("number"))["last"] or 0) + 1
-        if current is not None:
-            version_chunks_pass_on(current, previous_title)
-            current.is_current = False
-            current.save(update_fields=["is_current"])
-            current.chunks.update(is_current=False)  # kept for as_of search (docs/versions.md)
-        version = DocumentVersion.objects.create(
-            tenant_id=document.tenant_id,
-            document=document,
-            number=number,
-            text=read.text,
-            content_hash=item.hash,
-            published_at=read.published_at,
-            is_current=True,
-            duplicate_of_id=duplicate_version_id,
-        )
-        original_keep(version=version, read=read)  # a PDF's file, written once this commits
-        chunks = []
-        if duplicate_version_id is None:
-            page_starts = page_starts_of(read.metadata, len(read.text))
-            chunks = _chunks_create(version, item.spans, item.vectors, embedder_key, page_starts)
-    if duplicate_version_id is not None:
-        status = "duplicate"
-        tenant_duplicates_changed(tenant=document.tenant_id)
-    else:
-        status = "updated" if current is not None else "created"
-    return IngestOutcome(read.external_id, status, document.pk, number, len(chunks), duplicate_version_id)
-
-
-def version_chunks_pass_on(version: DocumentVersion, title: str) -> None:
-    """Before ``version`` stops being current: give a copy of its chunks to the documents that duplicate it.
-
-    Its chunks (text, offsets, embeddings) are exactly their content's, so they are copied to the
-    first duplicate, their heading's title becoming that document's title (the embeddings keep
-    the old title, which passage-sized chunks were embedded with); the other duplicates are
-    re-pointed at that one. ``version`` keeps its own chunks (they become not current with it,
-    for ``as_of`` search). Call inside the transaction that replaces ``version``.
-    """
-    heirs = list(
-        DocumentVersion.objects.select_for_update(of=("self",))
-        .filter(is_current=True, duplicate_of=version)
-        .select_related("document")
-        .order_by("pk")
-    )
-    if not heirs:
-        return
-    heir, others = heirs[0], heirs[1:]
-    new_title = heir.document.title
-    copies = []
-    for chunk in version.chunks.order_by("ordinal"):
-        chunk.pk = None
-        chunk._state.adding = True
-        chunk.version = heir
-        chunk.is_current = True
-        if chunk.heading == title:
-            chunk.heading = new_title
-        elif chunk.heading.startswith(f"{title} › "):
-            chunk.heading = (new_title + chunk.heading[len(title) :])[:500]
-        copies.append(chunk)
-    Chunk.objects.bulk_create(copies, batch_size=500)
-    heir.duplicate_of = None
-    heir.save(update_fields=["duplicate_of"])
-    DocumentVersion.objects.filter(pk__in=[other.pk for other in others]).update(duplicate_of=heir)
 
 
 def collect_files(
@@ -574,32 +441,3 @@ def paths_ingest(
         splitter=splitter,
         progress=progress,
     )
-
-
-def version_reindex(*, version_id: int, splitter: Splitter | None = None) -> int:
-    """Rebuild the chunks of a current version from its stored text. Returns the chunk count.
-
-    Its summary chunk goes with the old chunks; a new one is queued (``summaries_enqueue``).
-    """
-    version = DocumentVersion.objects.select_related("document", "document__tenant").get(pk=version_id)
-    document = version.document
-    tenant = document.tenant
-    read = ReadDocument(
-        external_id=document.external_id,
-        title=document.title,
-        text=version.text,
-        uri=document.uri,
-        metadata=document.metadata if version.is_current else {},  # the row describes its current version
-    )
-    spans = (splitter or get_splitter()).split(read)
-    embedder = get_embedder(tenant.embedder)
-    vectors = embedder.embed([embedding_input(s) for s in spans])
-    vector_index_ensure(embedder_key=embedder.key, dimensions=embedder.dimensions)
-    with transaction.atomic():
-        version = DocumentVersion.objects.select_for_update().get(pk=version_id)
-        version.chunks.all().delete()
-        version.duplicate_of = None
-        version.save(update_fields=["duplicate_of"])
-        _chunks_create(version, spans, vectors, embedder.key, page_starts_of(read.metadata, len(read.text)))
-    summaries_enqueue(tenant=tenant)  # the version's summary went with its chunks
-    return len(spans)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+from collections.abc import Callable
 from datetime import timedelta
 
 from django.conf import settings
@@ -42,6 +43,31 @@ def lease_claim(model: type[models.Model], pk: int, worker_id: str) -> bool:
             progress={},
         )
     )
+
+
+def lease_claim_or_busy(
+    model: type[models.Model],
+    pk: int,
+    worker_id: str,
+    *,
+    busy: Callable[[int, float], Exception],
+    related: tuple[str, ...] = (),
+) -> tuple[models.Model | None, bool]:
+    """Claim row ``pk`` of ``model`` for ``worker_id`` (``lease_claim``) and read it back.
+
+    Returns ``(row, claimed)``: ``(None, False)`` when the row is gone; ``(row, True)`` when this
+    worker now runs it; ``(row, False)`` when it is finished (done, failed), for the caller to
+    return as it is. A row running under another worker's live lease raises ``busy(pk,
+    retry_in)``, ``retry_in`` being the seconds until that lease ends, plus one (at least 1).
+    ``related``: the foreign keys read with the row (``select_related``).
+    """
+    claimed = lease_claim(model, pk, worker_id)
+    row = model.objects.select_related(*related).filter(pk=pk).first()
+    if row is None or claimed:
+        return row, claimed
+    if row.status == "running" and row.lease_expires_at is not None:
+        raise busy(pk, max((row.lease_expires_at - timezone.now()).total_seconds(), 0) + 1)
+    return row, False
 
 
 def lease_held(

@@ -39,12 +39,11 @@ from core.audit import SYSTEM_SCHEDULE, audit_actor, audit_record
 from core.errors import ApplicationError, InvalidInput, NotFound
 from core.models import Tenant
 from core.queue import task_send
-from core.quotas import QuotaExceeded
 from knowledge import task_names
 from knowledge.connectors import SourceUnreachable, connector_for
 from knowledge.models import Source, SyncRun
-from knowledge.quotas import sync_quota_check, sync_quota_exhausted
-from knowledge.services.leases import LeaseHeartbeat, lease_claim, lease_held
+from knowledge.quotas import QuotaExceeded, sync_quota_check, sync_quota_exhausted
+from knowledge.services.leases import LeaseHeartbeat, lease_claim_or_busy, lease_held
 from knowledge.services.sync_runner import sync_steps
 from knowledge.services.uploads import TRANSIENT_ERRORS, worker_id_default
 
@@ -165,13 +164,8 @@ def sync_run_execute(*, run_id: int, worker_id: str | None = None, progress: boo
     (database, embedding endpoint) put the run back to pending and propagate for a retry.
     """
     worker_id = worker_id or worker_id_default()
-    claimed = lease_claim(SyncRun, run_id, worker_id)
-    run = SyncRun.objects.select_related("source", "tenant").filter(pk=run_id).first()
-    if run is None:
-        return None
-    if not claimed:
-        if run.status == SyncRun.Status.RUNNING and run.lease_expires_at is not None:
-            raise SyncBusy(run_id, max((run.lease_expires_at - timezone.now()).total_seconds(), 0) + 1)
+    run, claimed = lease_claim_or_busy(SyncRun, run_id, worker_id, busy=SyncBusy, related=("source", "tenant"))
+    if run is None or not claimed:
         return run
     started = time.perf_counter()
     with LeaseHeartbeat(SyncRun, run_id, worker_id):

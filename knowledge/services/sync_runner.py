@@ -38,6 +38,7 @@ from knowledge.connectors.base import Connector, Item, Permission, SourceUnreach
 from knowledge.models import Document, Source, SyncRun
 from knowledge.permissions import PermissionCounts, groups_sync, permissions_store, rules_apply
 from knowledge.services.deletion import document_mark_deleted
+from knowledge.services.ingest_reports import IngestNote
 from knowledge.services.sync_batches import (
     BATCH_DOCUMENTS,
     ingest_isolating,
@@ -132,18 +133,28 @@ class _Run:
         failed_before, count = len(self.errors), len(items)
         items = own_ids_only(self.tenant, self.source, items, self.counts, self.errors)
         stored: set[str] = set()
+        notes: list[IngestNote] = []
         for group, report in ingest_isolating(
             self.tenant, self.source, items, self.counts, self.errors, on_stored=self._stored_hook
         ):
             outcomes_count(report, self.counts)
             self.chunks += report.counts()["chunks"]
             stored.update(item.key for item in group)
+            notes.extend(report.notes)
         failed = {error["document"] for error in self.errors[failed_before:]}
         for item in items:
             if item.key in stored and item.key not in failed:
                 self._others_delete(item)
+        self.notes_record(notes, items)
         self.read += count
         self.checkpoint_store()
+
+    def notes_record(self, notes: list[IngestNote], items: list[Item]) -> None:
+        """Add the ingestion's notes (pages past the OCR budget) to the run's ``errors`` under their
+        item's key, as ``{"document", "error"}`` like a failure's, without counting a failure."""
+        keys = {document.external_id: item.key for item in items for document in item.documents}
+        for note in notes:
+            self.errors.append({"document": keys.get(note.external_id, note.external_id), "error": note.message})
 
     def checkpoint_store(self) -> None:
         """Keep the checkpoint of the last item consumed (every item before it is stored)."""

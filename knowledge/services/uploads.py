@@ -54,7 +54,7 @@ from knowledge.ingestion.splitters import get_splitter
 from knowledge.models import Document, IngestionJob, Source
 from knowledge.quotas import quota_check, quota_check_early
 from knowledge.services.ingestion import IngestReport, collect_files, documents_ingest
-from knowledge.services.leases import LeaseHeartbeat, lease_claim
+from knowledge.services.leases import LeaseHeartbeat, lease_claim_or_busy
 from knowledge.services.tenants import source_get_or_create
 
 logger = logging.getLogger(__name__)
@@ -302,13 +302,10 @@ def ingestion_job_run(*, job_id: int, worker_id: str | None = None) -> Ingestion
     retry; a job started ``KB_JOB_MAX_ATTEMPTS`` times is failed.
     """
     worker_id = worker_id or worker_id_default()
-    claimed = lease_claim(IngestionJob, job_id, worker_id)
-    job = IngestionJob.objects.select_related("tenant", "source").filter(pk=job_id).first()
-    if job is None:
-        return None
-    if not claimed:
-        if job.status == IngestionJob.Status.RUNNING and job.lease_expires_at is not None:
-            raise IngestionJobBusy(job_id, max((job.lease_expires_at - timezone.now()).total_seconds(), 0) + 1)
+    job, claimed = lease_claim_or_busy(
+        IngestionJob, job_id, worker_id, busy=IngestionJobBusy, related=("tenant", "source")
+    )
+    if job is None or not claimed:
         return job
     nothing = IngestReport().as_dict()
     if job.attempts > settings.KB_JOB_MAX_ATTEMPTS:

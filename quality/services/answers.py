@@ -27,6 +27,7 @@ from quality.metrics import percentile
 from quality.models import EvaluationRun, Judgment, JudgmentList
 from retrieval.config import MAX_QUERY_CHARS, MODES
 from retrieval.pipeline import pipeline_answer, pipeline_spec
+from retrieval.request import AnswerRequest
 from retrieval.stages.score import answer_scores
 from retrieval.types import Answer
 
@@ -163,12 +164,9 @@ def evaluation_answer_rows(
     for number, (query_id, question, relevant, gold) in enumerate(judgments, start=1):
         with llm_metered(tenant=tenant, purpose="evaluation"):
             run = pipeline_answer(
+                AnswerRequest(question=question[:MAX_QUERY_CHARS], pipeline=spec, k=k, use_llm=client is not None),
                 tenant=tenant,
-                question=question[:MAX_QUERY_CHARS],
-                pipeline=spec,
-                k=k,
                 llm=client,
-                use_llm=client is not None,
                 trace=False,
             )
             # A run scored live (KB_SCORE_ANSWERS) already holds the same scores.

@@ -38,11 +38,11 @@ from core.errors import ApplicationError, InvalidInput
 from core.models import Tenant
 from core.queue import task_enqueue
 from knowledge.models import Chunk, Source
+from knowledge.quotas import llm_quota_error, llm_quota_get
 from llm import LLMBadOutput, LLMEmptyReply, LLMError, LLMQuotaExceeded, Usage, llm_metered
 from quality import task_names
 from quality.models import JudgmentGeneration, JudgmentList
 from quality.services.judgments import judgment_list_import
-from retrieval.quotas import llm_quota_error, llm_quota_get
 
 logger = logging.getLogger(__name__)
 
@@ -292,65 +292,96 @@ def judgment_list_generate(*, generation_id: int, llm=None) -> JudgmentGeneratio
             where = f"source {generation.source_name!r}" if generation.source_name else "any source"
             raise InvalidInput(f"Tenant {generation.tenant.slug!r} has no chunks to sample in {where}.")
         JudgmentGeneration.objects.filter(pk=generation_id).update(progress_total=total)
-        accepted: list[tuple[str, str, list[dict]]] = []
-        rejected = 0
-        for name, ids in candidates.items():
-            wanted = shares[name]
-            for chunk_id in ids[: wanted * ATTEMPTS_PER_QUESTION]:
-                if wanted == 0:
-                    break
-                chunk = Chunk.objects.select_related("version__document").get(pk=chunk_id)
-                with llm_metered(tenant=generation.tenant_id, purpose="judgments"):
-                    question, call_usage = _question_ask(llm, chunk)
-                usage.add(call_usage)
-                problem = question_problem(question, chunk.text)
-                if problem:
-                    rejected += 1
-                    logger.info("Generation %s: question for chunk %s rejected (%s)", generation_id, chunk_id, problem)
-                else:
-                    wanted -= 1
-                    relevant = {
-                        "document": chunk.version.document.external_id,
-                        "text": chunk.text,
-                        "grade": 1,
-                        "chunk_id": chunk.pk,
-                        "version": chunk.version_id,
-                    }
-                    accepted.append((f"chunk-{chunk.pk}", question, [relevant]))
-                JudgmentGeneration.objects.filter(pk=generation_id).update(
-                    progress_done=len(accepted), rejected=rejected, usage=usage.as_dict()
-                )
+        accepted, rejected = _questions_write(generation, llm, candidates=candidates, shares=shares, usage=usage)
         if not accepted:
             raise InvalidInput(f"The LLM wrote no usable question: all {rejected} were rejected.")
-        with transaction.atomic():
-            judgment_list = judgment_list_import(
-                tenant=generation.tenant,
-                name=_list_name(generation),
-                origin=JudgmentList.Origin.GENERATED,
-                judgments=accepted,
-            )
-            shortfall = (
-                f"Only {len(accepted)} of {total} questions were usable; {rejected} were rejected."
-                if len(accepted) < total
-                else ""
-            )
-            JudgmentGeneration.objects.filter(pk=generation_id).update(
-                status=JudgmentGeneration.Status.DONE,
-                judgment_list=judgment_list,
-                error=shortfall,
-                finished_at=timezone.now(),
-            )
+        _generation_store(generation, accepted=accepted, total=total, rejected=rejected)
     except Exception as exc:  # recorded on the generation: it never stays "running"
-        if isinstance(exc, ApplicationError):
-            logger.warning("Judgment generation %s failed: %s", generation_id, exc.message)
-        else:
-            logger.exception("Judgment generation %s failed", generation_id)
-        message = exc.message if isinstance(exc, ApplicationError) else f"{type(exc).__name__}: {exc}"
-        if isinstance(exc, LLMQuotaExceeded):
-            message = f"{exc.code}: {message}"
-        elif isinstance(exc, LLMError):
-            message = f"The LLM failed: {message}"
         JudgmentGeneration.objects.filter(pk=generation_id).update(usage=usage.as_dict())
-        _fail(generation_id, message)
+        _fail(generation_id, _failure_message(generation_id, exc))
     generation.refresh_from_db()
     return generation
+
+
+def _questions_write(
+    generation: JudgmentGeneration, llm, *, candidates: dict[str, list[int]], shares: dict[str, int], usage: Usage
+) -> tuple[list[tuple[str, str, list[dict]]], int]:
+    """Ask ``llm`` for each source's share of questions (``shares``), from its ``candidates`` chunk ids
+    in order, a rejected question replaced by the next chunk (``ATTEMPTS_PER_QUESTION`` per wanted
+    one). Adds the calls to ``usage`` and writes the progress after each question. Returns the
+    accepted judgments (``judgment_list_import``'s ``(query_id, question, relevant)``) and the
+    count of rejected questions."""
+    accepted: list[tuple[str, str, list[dict]]] = []
+    rejected = 0
+    for name, ids in candidates.items():
+        wanted = shares[name]
+        for chunk_id in ids[: wanted * ATTEMPTS_PER_QUESTION]:
+            if wanted == 0:
+                break
+            chunk = Chunk.objects.select_related("version__document").get(pk=chunk_id)
+            with llm_metered(tenant=generation.tenant_id, purpose="judgments"):
+                question, call_usage = _question_ask(llm, chunk)
+            usage.add(call_usage)
+            problem = question_problem(question, chunk.text)
+            if problem:
+                rejected += 1
+                logger.info("Generation %s: question for chunk %s rejected (%s)", generation.pk, chunk_id, problem)
+            else:
+                wanted -= 1
+                accepted.append((f"chunk-{chunk.pk}", question, [_relevant(chunk)]))
+            JudgmentGeneration.objects.filter(pk=generation.pk).update(
+                progress_done=len(accepted), rejected=rejected, usage=usage.as_dict()
+            )
+    return accepted, rejected
+
+
+def _relevant(chunk: Chunk) -> dict:
+    """The one relevant entry of the judgment asking about ``chunk``."""
+    return {
+        "document": chunk.version.document.external_id,
+        "text": chunk.text,
+        "grade": 1,
+        "chunk_id": chunk.pk,
+        "version": chunk.version_id,
+    }
+
+
+def _generation_store(
+    generation: JudgmentGeneration, *, accepted: list[tuple[str, str, list[dict]]], total: int, rejected: int
+) -> None:
+    """Store the generated list and mark the generation done (one transaction), noting a shortfall
+    when fewer than ``total`` questions were usable."""
+    with transaction.atomic():
+        judgment_list = judgment_list_import(
+            tenant=generation.tenant,
+            name=_list_name(generation),
+            origin=JudgmentList.Origin.GENERATED,
+            judgments=accepted,
+        )
+        shortfall = (
+            f"Only {len(accepted)} of {total} questions were usable; {rejected} were rejected."
+            if len(accepted) < total
+            else ""
+        )
+        JudgmentGeneration.objects.filter(pk=generation.pk).update(
+            status=JudgmentGeneration.Status.DONE,
+            judgment_list=judgment_list,
+            error=shortfall,
+            finished_at=timezone.now(),
+        )
+
+
+def _failure_message(generation_id: int, exc: Exception) -> str:
+    """Log why generation ``generation_id`` failed and say it for its ``error``: the error's message,
+    ``quota_exceeded: ...`` when the tenant's LLM tokens ran out, ``The LLM failed: ...`` for
+    another ``LLMError``, the exception's type and text for an unexpected one."""
+    if isinstance(exc, ApplicationError):
+        logger.warning("Judgment generation %s failed: %s", generation_id, exc.message)
+    else:
+        logger.exception("Judgment generation %s failed", generation_id)
+    message = exc.message if isinstance(exc, ApplicationError) else f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, LLMQuotaExceeded):
+        return f"{exc.code}: {message}"
+    if isinstance(exc, LLMError):
+        return f"The LLM failed: {message}"
+    return message

@@ -39,6 +39,7 @@ from quality.services.answers import evaluation_run_answers_add
 from quality.services.judgments import judgment_list_import
 from retrieval.config import MAX_QUERY_CHARS, MODES, SearchConfig
 from retrieval.pipeline import PIPELINE_NAMES, pipeline_retrieve, pipeline_spec
+from retrieval.request import AnswerRequest
 from retrieval.types import SearchResult
 
 TOP_STORED = 10
@@ -143,45 +144,17 @@ def evaluation_run(
         raise InvalidInput(f"Judgment list {judgment_list.name!r} has no judgments.")
     duplicates = _duplicate_documents(tenant)
     per_query: list[dict] = []
-    latencies: list[float] = []
-    usage = dict.fromkeys(USAGE_KEYS, 0)
-    degraded = 0
     for number, judgment in enumerate(judgments, start=1):
         with llm_metered(tenant=tenant, purpose="evaluation"):
             run = pipeline_retrieve(
+                AnswerRequest(question=judgment.question[:MAX_QUERY_CHARS], pipeline=spec, k=k, mode=mode),
                 tenant=tenant,
-                query=judgment.question[:MAX_QUERY_CHARS],
-                pipeline=spec,
-                k=k,
-                mode=mode,
             )
-        ranking, grades, top = _judged_ranking(run.results, judgment.relevant, duplicates)
-        latency = round(run.total_ms, 2)
-        latencies.append(latency)
-        query_usage = run.usage.as_dict()
-        for key in USAGE_KEYS:
-            usage[key] += query_usage[key]
-        degraded += bool(run.degraded)
-        per_query.append(
-            {
-                "query_id": judgment.query_id,
-                "question": judgment.question,
-                "metrics": {n: round(v, 6) for n, v in query_metrics(ranking, grades).items()},
-                "latency_ms": latency,
-                "timings_ms": {n: round(v, 2) for n, v in run.timings_ms.items()},
-                "usage": query_usage,
-                "degraded": bool(run.degraded),
-                **({"degraded_reason": run.degraded_reason} if run.degraded else {}),
-                "top": top,
-            }
-        )
+        per_query.append(_query_result(judgment, run, duplicates))
         if on_query:
             on_query(number, len(judgments))
         if log and number % 25 == 0:
             log(f"{number}/{len(judgments)} queries")
-    aggregated = metrics_aggregate([q["metrics"] for q in per_query], latencies)
-    metrics = {n: round(v, 4) if isinstance(v, float) else v for n, v in aggregated.items()}
-    metrics.update(usage, cost_usd=round(usage["cost_usd"], 6), degraded=degraded)
     return EvaluationRun.objects.create(
         judgment_list=judgment_list,
         tenant=tenant,
@@ -189,9 +162,37 @@ def evaluation_run(
         pipeline=spec.name,
         mode=mode,
         config={**spec.as_config(), "mode": mode, "splitter": splitter, "embedder": tenant.embedder, "k": k},
-        metrics=metrics,
+        metrics=_run_metrics(per_query),
         per_query=per_query,
     )
+
+
+def _query_result(judgment: Judgment, run, duplicates: dict[int, list[str]]) -> dict:
+    """One query's entry of ``EvaluationRun.per_query``: its metrics against ``judgment``, latency
+    and timings in ms, LLM usage, whether it ran degraded, and the top results (``run`` is the
+    pipeline's ``retrieve`` result)."""
+    ranking, grades, top = _judged_ranking(run.results, judgment.relevant, duplicates)
+    return {
+        "query_id": judgment.query_id,
+        "question": judgment.question,
+        "metrics": {n: round(v, 6) for n, v in query_metrics(ranking, grades).items()},
+        "latency_ms": round(run.total_ms, 2),
+        "timings_ms": {n: round(v, 2) for n, v in run.timings_ms.items()},
+        "usage": run.usage.as_dict(),
+        "degraded": bool(run.degraded),
+        **({"degraded_reason": run.degraded_reason} if run.degraded else {}),
+        "top": top,
+    }
+
+
+def _run_metrics(per_query: list[dict]) -> dict:
+    """A run's ``metrics`` from its ``per_query`` entries: the means and latency percentiles of
+    ``metrics_aggregate`` (4 decimals), the LLM usage totals and the count of ``degraded`` queries."""
+    aggregated = metrics_aggregate([q["metrics"] for q in per_query], [q["latency_ms"] for q in per_query])
+    metrics = {n: round(v, 4) if isinstance(v, float) else v for n, v in aggregated.items()}
+    usage = {key: sum(q["usage"][key] for q in per_query) for key in USAGE_KEYS}
+    metrics.update(usage, cost_usd=round(usage["cost_usd"], 6), degraded=sum(q["degraded"] for q in per_query))
+    return metrics
 
 
 # --- Whole datasets --------------------------------------------------------------------------

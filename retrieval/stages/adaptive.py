@@ -63,7 +63,7 @@ class Adaptive(Stage):
         return stop
 
     def run(self, state):
-        state = ranking_run(state, self.ranking, depth=state.k)
+        state = ranking_run(state, self.ranking, depth=state.request.k)
         if not state.answering:
             return state
         threshold = state.spec.of(AdaptiveConfig).adaptive_threshold

@@ -102,12 +102,12 @@ def stages_run(state: RunState, stages: tuple) -> RunState:
 
 def depth_for(state: RunState, stages: tuple) -> int:
     """How many ranked results ``stages`` need: the run's ``k``, or more when a stage wants more."""
-    return max([state.k, *(stage.wants(state) for stage in stages)])
+    return max([state.request.k, *(stage.wants(state) for stage in stages)])
 
 
 def ranking_run(state: RunState, stages: tuple, *, depth: int) -> RunState:
     """Run the ranking ``stages`` from the question as asked (a fresh plan), delivering ``depth``
     results; composite stages use it for each retrieval they make."""
-    state.plan = QueryPlan.from_question(state.question)
+    state.plan = QueryPlan.from_question(state.request.question)
     state.depth = depth
     return stages_run(state, stages)

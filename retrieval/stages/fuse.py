@@ -43,7 +43,7 @@ class Fuse(Stage):
         started = time.perf_counter()
         ranking = candidates_fuse(candidates, search)
         state.timings["fusion_ms"] = (time.perf_counter() - started) * 1000
-        depth = rerank_depth(state, k=state.depth or state.k)
+        depth = rerank_depth(state, k=state.depth or state.request.k)
         started = time.perf_counter()
         state.results = results_fetch(tenant=state.tenant, ranking=ranking, candidates=candidates, k=depth)
         state.timings["fetch_ms"] = (time.perf_counter() - started) * 1000

@@ -188,13 +188,13 @@ class Pack(Stage):
     def apply(self, state, step):
         config = self.settings(state)
         if config.strategy == "window":
-            state.passages = window(state.tenant, state.results, n=state.k, size=config.window_size)
+            state.passages = window(state.tenant, state.results, n=state.request.k, size=config.window_size)
         else:
-            state.passages = top_n(state.results, n=state.k)
+            state.passages = top_n(state.results, n=state.request.k)
         step.summary = {
             "strategy": config.strategy,
             "window": config.window_size if config.strategy == "window" else None,
-            "reverse_pack": state.reverse_pack,
+            "reverse_pack": state.request.reverse_pack,
             "passages": [{"chunk_id": p.anchor.pk, "chunks": p.chunks} for p in state.passages],
         }
         return state

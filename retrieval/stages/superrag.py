@@ -69,9 +69,26 @@ def _reply(candidate: ScoredCandidate) -> dict:
     return {"llm_reply": _preview(candidate.reply)} if candidate.reply else {}
 
 
+@dataclass(frozen=True)
+class Graded:
+    """SuperRAG's own state of a run, kept in ``RunState.memo[GRADED]``: every candidate graded
+    (``scored``, retrieval order) and the kept ones (``kept``, best first)."""
+
+    scored: list
+    kept: list
+
+
+GRADED = "superrag.graded"
+
+
+def graded(state) -> Graded:
+    """The run's ``Graded`` (empty before ``LLMScore`` ran)."""
+    return state.memo.get(GRADED) or Graded(scored=[], kept=[])
+
+
 class LLMScore(Stage):
-    """The ``llm_score`` step: every result graded (``candidates_score``) into ``state.scored``,
-    the kept ones (best first) into ``state.kept``.
+    """The ``llm_score`` step: every result graded (``candidates_score``) and the kept ones (best
+    first), left as the run's ``Graded`` (``graded(state)``).
 
     Its LLM-free fallback is ``candidates_score``'s own: without an LLM each candidate's
     confidence is its fused score relative to the best, its relevant text the chunk's sentence
@@ -89,7 +106,7 @@ class LLMScore(Stage):
         config = self.settings(state)
         llm = state.llm
         scored = candidates_score(
-            state.question,
+            state.request.question,
             state.results,
             llm=llm,
             embedder=state.tenant.embedder,
@@ -135,7 +152,7 @@ class LLMScore(Stage):
                 f"{len(failed)} of {len(scored)} scorings failed (they keep the fused score): {failed[0].error}"
             )
             step.usage = usage  # llm_failed recorded one call's usage; the step made them all
-        state.scored, state.kept = scored, kept
+        state.memo[GRADED] = Graded(scored=scored, kept=kept)
         return state
 
 
@@ -152,12 +169,14 @@ class QuotationPack(Stage):
     config = SuperRAGConfig
 
     def apply(self, state, step):
-        kept = state.kept
+        kept = graded(state).kept
         batched = self.settings(state).superrag_batch > 1
         whole = {id(c) for c in kept if batched and c.scored_by == "llm" and not c.relevant_text}
         missing = [c for c in kept if not c.relevant_text and id(c) not in whole]
         if missing:
-            texts = sentences_best(state.question, [c.chunk.text for c in missing], embedder=state.tenant.embedder)
+            texts = sentences_best(
+                state.request.question, [c.chunk.text for c in missing], embedder=state.tenant.embedder
+            )
             filled = {id(c): text for c, text in zip(missing, texts, strict=True)}
         else:
             filled = {}
@@ -208,9 +227,10 @@ class NotFound(Stage):
     def apply(self, state, step):
         names = sources_searched(state)
         text = f"{NOT_FOUND} Sources searched: {', '.join(names) if names else 'none (no sources)'}."
-        best = max((c.confidence for c in state.scored), default=None)
-        mode = "llm" if any(c.scored_by == "llm" for c in state.scored) else "extractive"
-        state.answer = Answer(question=state.question, text=text, mode=mode, citations=[], found=False)
+        scored = graded(state).scored
+        best = max((c.confidence for c in scored), default=None)
+        mode = "llm" if any(c.scored_by == "llm" for c in scored) else "extractive"
+        state.answer = Answer(question=state.request.question, text=text, mode=mode, citations=[], found=False)
         step.summary = {
             "mode": "none",
             "reason": f"no candidate reached the threshold {self.settings(state).superrag_threshold}",
@@ -259,13 +279,14 @@ class SuperRAG(Stage):
     def run(self, state):
         candidates = state.spec.of(SuperRAGConfig).superrag_candidates
         if not state.answering:
-            k = state.k
+            k = state.request.k
             state = ranking_run(state, self.ranking, depth=max(k, candidates))
             results = state.results
             state.results = results[:candidates]
             state = self.score.run(state)
-            ranked = [c.result for c in sorted(state.scored, key=confidence_order)]
-            confidence = {c.chunk_id: c.confidence for c in state.scored}
+            scored = graded(state).scored
+            ranked = [c.result for c in sorted(scored, key=confidence_order)]
+            confidence = {c.chunk_id: c.confidence for c in scored}
             ranking = [
                 replace(result, score=confidence.get(result.chunk.pk, result.score), rank=rank)
                 for rank, result in enumerate(ranked + results[candidates:], 1)
@@ -275,11 +296,12 @@ class SuperRAG(Stage):
         state = ranking_run(state, self.ranking, depth=candidates)
         state = self.score.run(state)
         state.search_ms = state.elapsed_ms()
-        if state.kept:
+        if graded(state).kept:
             state = self.generate.run(self.pack.run(state))
         else:
             state = self.not_found.run(state)
-        by_llm = [c.confidence for c in state.scored if c.scored_by == "llm"]
-        state.results = _reranked(state.scored)
+        scored = graded(state).scored
+        by_llm = [c.confidence for c in scored if c.scored_by == "llm"]
+        state.results = _reranked(scored)
         state.confidence = max(by_llm) if by_llm else None
         return state

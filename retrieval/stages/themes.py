@@ -176,9 +176,9 @@ class Themes(Stage):
         results, step.summary = results_by_theme(
             state.results[: config.themes_pool],
             tenant_id=state.tenant.pk,
-            k=state.k,
+            k=state.request.k,
             threshold=config.themes_threshold,
             distance=config.themes_distance,
         )
-        state.results = results[: state.k]
+        state.results = results[: state.request.k]
         return state

@@ -71,7 +71,7 @@ def _embed(texts: list[str], embedder: str) -> list | None:
 
 
 def facts_keep(*, walk: Walk, facts: list, round: int, next_sources: list[str]) -> list[Fact]:
-    """Store the ``facts`` (``retrieval.stages.generate.walking.Fact``) one round of ``walk`` kept.
+    """Store the ``facts`` (``retrieval.walks.extraction.Fact``) one round of ``walk`` kept.
 
     Each row gets the fact's chunk and that chunk's version, the walk, the round, where the walk
     looked next (``next_sources``), the entities of the chunk it names and its embedding. Sets

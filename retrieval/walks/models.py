@@ -33,7 +33,7 @@ class Walk(models.Model):
     ``user`` (the asker) and ``question`` are shown only to the asker. ``worker_id`` and
     ``lease_expires_at``: the process running a steered walk holds a lease on it while it runs or
     waits paused; one that stops (killed, restarted) leaves the lease to run out, and the walk is
-    taken over and resumed from its last round (``retrieval.steering.walks_recover``).
+    taken over and resumed from its last round (``retrieval.walks.steering.walks_recover``).
     """
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")

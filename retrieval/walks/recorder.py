@@ -1,6 +1,6 @@
 """What a walk leaves while it runs: its row, its path, its facts, and the pauses a person asked for.
 
-The WalkingRAG stage (``retrieval.stages.walkingrag``) calls a ``WalkRecorder`` after each round
+The WalkingRAG stage (``retrieval.walks.stage``) calls a ``WalkRecorder`` after each round
 (``round_done``: the facts kept as memory, one ``WalkStep`` per query), then asks it whether to
 go on (``checkpoint``): a steered walk pauses there after its ``pause_after`` round or when a
 person asked, waits (polling its row) until a person resumes or stops it, or until
@@ -69,7 +69,7 @@ class WalkRecorder:
     """Keeps one walk's row, path and facts as the stage runs it (module docstring).
 
     ``poll_s``: how often a paused walk reads its row. ``worker_id``: the lease this process holds
-    on the walk (``retrieval.steering``), checked whenever the row is read. Errors of the
+    on the walk (``retrieval.walks.steering``), checked whenever the row is read. Errors of the
     database propagate.
     """
 
@@ -82,7 +82,7 @@ class WalkRecorder:
     def for_run(cls, run) -> WalkRecorder:
         """A recorder with a new, unsteered ``Walk`` row for a pipeline run (``RunState``)."""
         walk = Walk.objects.create(
-            tenant=run.tenant, user=run.user, question=run.question, pipeline=run.spec.name, status="running"
+            tenant=run.tenant, user=run.user, question=run.request.question, pipeline=run.spec.name, status="running"
         )
         walk.tenant = run.tenant
         return cls(walk)

@@ -1,13 +1,16 @@
-"""Quotas at the API: an upload job, a new source, a sync and a question, each over its limit."""
+"""Quotas at the API: an upload job (a PDF's kept original included), a new source, a sync and a
+question, each over its limit."""
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from core.models import TenantQuota
-from knowledge.models import Document, Source, SyncRun
+from knowledge.models import Document, LLMUsage, Source, SyncRun, TenantQuota
+from knowledge.originals import tenant_originals_folder
+from knowledge.quotas import usage_count
 from tests.api.conftest import stored_counts
+from tests.api.test_pages import harbour_pdf
 from tests.conftest import free_port
-from tests.factories import TraceFactory, folder_granted
+from tests.factories import folder_granted
 
 NOTE = b"# Onboarding\n\nNew starters get a laptop on their first day.\n"
 
@@ -41,6 +44,27 @@ def test_an_upload_job_over_the_document_limit_fails_with_the_figures_and_stores
         "Nothing from this file was stored."
     )
     assert Document.objects.for_tenant(corpus).count() == documents_before
+
+
+def test_a_pdf_upload_whose_text_fits_but_whose_kept_original_passes_the_stored_bytes_limit_fails(
+    corpus, editor_client, upload_dir, django_capture_on_commit_callbacks
+):
+    pdf = harbour_pdf()
+    held = usage_count(tenant=corpus)["stored_bytes"]
+    TenantQuota.objects.create(tenant=corpus, max_stored_bytes=held + len(pdf) - 1)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        response = upload(editor_client, "harbour.pdf", pdf, source="manuals")
+
+    assert response.status_code == 202
+    job = editor_client.get(response.json()["urls"]["self"]).json()
+    assert job["status"] == "failed"
+    assert job["error"].startswith(
+        f"This tenant may keep {held + len(pdf) - 1:,} bytes of stored text and has {held:,}"
+    )
+    assert not Document.objects.for_tenant(corpus).filter(external_id="harbour.pdf").exists()
+    assert usage_count(tenant=corpus)["stored_bytes"] == held
+    assert not tenant_originals_folder(corpus.pk).exists()
 
 
 def test_an_upload_into_a_new_source_over_the_source_limit_is_refused_with_403(corpus, editor_client, upload_dir):
@@ -104,7 +128,7 @@ def test_a_question_over_the_token_limit_is_answered_without_the_llm_and_says_qu
     settings.KB_LLM_MODEL = "quota-test-model"
     settings.OPENAI_BASE_URL = f"http://127.0.0.1:{free_port()}/v1"
     TenantQuota.objects.create(tenant=corpus, max_llm_tokens_per_day=2000)
-    TraceFactory(tenant=corpus, tokens_in=1900, tokens_out=100)
+    LLMUsage.objects.create(tenant=corpus, purpose="answer", tokens_in=1900, tokens_out=100)
 
     response = member_client.post("/api/v1/ask/", {"question": "How long do I boil spaghetti?"}, format="json")
 

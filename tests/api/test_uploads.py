@@ -313,3 +313,18 @@ def test_a_queued_path_job_never_removes_the_users_own_file(tenant, tmp_path, dj
     with django_capture_on_commit_callbacks(execute=True):
         assert ingestion_job_run(job_id=job.pk).status == "done"
     assert guide.exists()
+
+
+def test_a_job_whose_pdf_has_scans_past_the_ocr_budget_is_done_and_its_result_names_the_pages(
+    tenant, editor_client, settings, upload_dir, django_capture_on_commit_callbacks
+):
+    from tests.knowledge import pdf_samples
+
+    settings.KB_OCR_MAX_PAGES = 0  # every scanned page is past the budget; no OCR engine runs
+    with django_capture_on_commit_callbacks(execute=True):
+        response = upload(editor_client, "report.pdf", pdf_samples.scans_pdf(3))
+    assert response.status_code == 202
+
+    job = editor_client.get(response.json()["urls"]["self"]).json()
+    assert job["status"] == "done", job["error"]
+    assert job["result"]["notes"] == ["report.pdf: pages 2-4 not read (OCR budget 0 pages)"]

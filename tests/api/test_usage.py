@@ -2,11 +2,11 @@
 
 import pytest
 
-from core.models import Membership, TenantQuota
-from core.quotas import MB
-from knowledge.quotas import usage_count
+from core.models import Membership
+from knowledge.models import LLMUsage, TenantQuota
+from knowledge.quotas import MB, usage_count
 from tests.api.conftest import client_for
-from tests.factories import MembershipFactory, SourceFactory, TraceFactory
+from tests.factories import MembershipFactory, SourceFactory
 
 QUOTA_NAMES = ["documents", "stored_bytes", "chunks", "sources", "syncs_per_day", "llm_tokens_per_day"]
 
@@ -21,7 +21,7 @@ def installation_defaults(settings):
 
 def test_an_admin_reads_each_quotas_limit_usage_and_remaining(corpus, admin_client):
     TenantQuota.objects.create(tenant=corpus, max_documents=10, max_stored_bytes=MB, max_llm_tokens_per_day=5000)
-    TraceFactory(tenant=corpus, tokens_in=1200, tokens_out=300)
+    LLMUsage.objects.create(tenant=corpus, purpose="answer", tokens_in=1200, tokens_out=300)
     held = usage_count(tenant=corpus)
 
     response = admin_client.get("/api/v1/usage/")

@@ -4,6 +4,7 @@ finds (documents listed, search hits) after a sync."""
 from __future__ import annotations
 
 from knowledge.selectors import document_list
+from retrieval.request import AnswerRequest
 from retrieval.search import chunk_search
 from tests.factories import MembershipFactory, UserFactory
 
@@ -22,5 +23,5 @@ def visible_titles(tenant, user) -> set[str]:
 
 def search_titles(tenant, user, query: str, k: int = 20) -> set[str]:
     """The titles of the documents of the top ``k`` lexical search hits for ``query`` as ``user``."""
-    results = chunk_search(tenant=tenant, query=query, k=k, mode="lexical", user=user).results
+    results = chunk_search(AnswerRequest(question=query, k=k, mode="lexical"), tenant=tenant, user=user).results
     return {r.chunk.version.document.title for r in results}

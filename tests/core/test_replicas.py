@@ -37,6 +37,7 @@ from knowledge.services import documents_ingest
 from knowledge.vector_index import tenant_vector_index_ensure
 from people import asking
 from people.models import Conversation
+from retrieval.request import AnswerRequest
 from retrieval.search import chunk_search
 from tests.conftest import BIKE, PASTA, TAXES
 from tests.factories import AccessRuleFactory, MembershipFactory, SourceFactory, TenantFactory, UserFactory
@@ -132,7 +133,9 @@ def test_a_search_reads_from_the_replica_and_finds_what_the_primary_has(corpus):
         CaptureQueriesContext(connections[ALIAS]) as on_replica,
         CaptureQueriesContext(connections["default"]) as on_primary,
     ):
-        response = chunk_search(tenant=corpus, query="how do I patch a bicycle tyre puncture", k=3, mode="lexical")
+        response = chunk_search(
+            AnswerRequest(question="how do I patch a bicycle tyre puncture", k=3, mode="lexical"), tenant=corpus
+        )
     assert _titles(response)[0] == "Fixing a flat bicycle tyre"
     assert any("knowledge_chunk" in q["sql"] or "knowledge_posting" in q["sql"] for q in on_replica.captured_queries)
     assert not any("knowledge_posting" in q["sql"] for q in on_primary.captured_queries)
@@ -140,9 +143,9 @@ def test_a_search_reads_from_the_replica_and_finds_what_the_primary_has(corpus):
 
 def test_search_results_are_the_same_on_the_replica_and_the_primary(corpus):
     for mode in ("hybrid", "dense", "lexical"):
-        replicated = chunk_search(tenant=corpus, query="salted water for spaghetti", k=3, mode=mode)
+        replicated = chunk_search(AnswerRequest(question="salted water for spaghetti", k=3, mode=mode), tenant=corpus)
         with override_settings(KB_REPLICA_ALIASES=[]):
-            primary = chunk_search(tenant=corpus, query="salted water for spaghetti", k=3, mode=mode)
+            primary = chunk_search(AnswerRequest(question="salted water for spaghetti", k=3, mode=mode), tenant=corpus)
         assert [r.chunk.pk for r in replicated.results] == [r.chunk.pk for r in primary.results]
 
 
@@ -157,7 +160,7 @@ def test_the_tenants_hnsw_index_is_used_on_the_replica(corpus):
     with connections[ALIAS].cursor() as cursor:
         cursor.execute(scans, [name])
         before = cursor.fetchone()[0]
-    response = chunk_search(tenant=corpus, query="expense receipts", k=2, mode="dense")
+    response = chunk_search(AnswerRequest(question="expense receipts", k=2, mode="dense"), tenant=corpus)
     assert _titles(response)[0] == "Expense reports"
     with connections[ALIAS].cursor() as cursor:  # the search ran on this thread's replica connection
         cursor.execute("SELECT pg_stat_force_next_flush()")
@@ -174,9 +177,13 @@ def test_row_level_security_and_the_access_filter_hold_on_the_replica(corpus):
     other = TenantFactory(slug="other")
     _caught_up()
     assert replica_choose(tenant_id=corpus.pk) == ALIAS
-    as_member = chunk_search(tenant=corpus, query="rolling a kayak with the paddle", k=5, mode="lexical", user=member)
+    as_member = chunk_search(
+        AnswerRequest(question="rolling a kayak with the paddle", k=5, mode="lexical"), tenant=corpus, user=member
+    )
     assert "Rolling a kayak" not in _titles(as_member)
-    as_operator = chunk_search(tenant=corpus, query="rolling a kayak with the paddle", k=5, mode="lexical")
+    as_operator = chunk_search(
+        AnswerRequest(question="rolling a kayak with the paddle", k=5, mode="lexical"), tenant=corpus
+    )
     assert _titles(as_operator)[0] == "Rolling a kayak"
     # Row-level security: as kb_app bound to another tenant, the replica shows none of these chunks.
     with tenant_context(other.pk), connections[ALIAS].cursor() as cursor:
@@ -205,12 +212,14 @@ def test_writes_in_a_read_path_go_to_the_primary_and_pin_the_rest_of_it(corpus):
 def test_an_answer_retrieves_from_the_replica_and_keeps_the_turn_on_the_primary(corpus):
     member = MembershipFactory(tenant=corpus).user
     with CaptureQueriesContext(connections[ALIAS]) as on_replica:
-        run = asking.ask(tenant=corpus, user=member, question="How long do I cook pasta?", use_llm=False)
+        run = asking.ask(AnswerRequest(question="How long do I cook pasta?", use_llm=False), tenant=corpus, user=member)
     assert run.turn == 1 and run.answer.citations
     assert any("knowledge_posting" in q["sql"] for q in on_replica.captured_queries)
     assert not any(q["sql"].lstrip().upper().startswith(("INSERT", "UPDATE")) for q in on_replica.captured_queries)
     follow_up = asking.ask(
-        tenant=corpus, user=member, question="And then?", conversation_id=run.conversation_id, use_llm=False
+        AnswerRequest(question="And then?", conversation_id=run.conversation_id, use_llm=False),
+        tenant=corpus,
+        user=member,
     )
     assert follow_up.turn == 2
 
@@ -219,7 +228,7 @@ def test_a_member_who_just_ingested_reads_from_the_primary_until_the_replica_rep
     with _replay_paused():
         documents_ingest(tenant=corpus, source=Source.objects.get(tenant=corpus), documents=[KAYAK])
         assert replica_choose(tenant_id=corpus.pk) is None  # behind the ingestion's mark
-        response = chunk_search(tenant=corpus, query="rolling a kayak", k=3, mode="lexical")
+        response = chunk_search(AnswerRequest(question="rolling a kayak", k=3, mode="lexical"), tenant=corpus)
         assert _titles(response)[0] == "Rolling a kayak"  # from the primary
         other = TenantFactory(slug="elsewhere")
         with override_settings(KB_REPLICA_MAX_LAG_S=3600):
@@ -257,10 +266,12 @@ def test_a_stopped_replica_falls_back_to_the_primary_without_an_error(corpus, re
     replica_postgres.replica_stop(directory)
     try:
         with override_settings(KB_REPLICA_CHECK_S=3600):  # still believed up: fails mid-search
-            response = chunk_search(tenant=corpus, query="salted water for spaghetti", k=2, mode="lexical")
+            response = chunk_search(
+                AnswerRequest(question="salted water for spaghetti", k=2, mode="lexical"), tenant=corpus
+            )
         assert _titles(response)[0] == "Cooking pasta"
         assert replica_status(ALIAS).up is False
-        response = chunk_search(tenant=corpus, query="bicycle tyre", k=2)
+        response = chunk_search(AnswerRequest(question="bicycle tyre", k=2), tenant=corpus)
         assert _titles(response)[0] == "Fixing a flat bicycle tyre"
         replica_statuses_forget()  # checked again: still down, skipped
         assert replica_choose(tenant_id=corpus.pk) is None

@@ -12,6 +12,7 @@ from demo.releases import AS_OF_BETWEEN, CHANGED_FACTS, RELEASES, TEST_PAGES, fa
 from demo.services import DownloadFailed
 from knowledge.models import Document, DocumentVersion
 from retrieval.pipeline import pipeline_answer
+from retrieval.request import AnswerRequest
 from retrieval.search import chunk_search
 
 FACTS = [f for f in CHANGED_FACTS if f.document + ".txt" in TEST_PAGES]
@@ -53,7 +54,7 @@ def evidence(results) -> str:
 
 @pytest.mark.parametrize("fact", FACTS, ids=lambda f: f.question)
 def test_changed_facts_are_retrieved_from_5_2_by_default(releases, db, fact):
-    top = chunk_search(tenant=releases, query=fact.question, k=3).results
+    top = chunk_search(AnswerRequest(question=fact.question, k=3), tenant=releases).results
 
     assert fact.document in [r.chunk.version.document.external_id for r in top]
     assert all(r.chunk.version.is_current for r in top)  # 5.2's, or a page unchanged since 4.2
@@ -63,7 +64,7 @@ def test_changed_facts_are_retrieved_from_5_2_by_default(releases, db, fact):
 
 @pytest.mark.parametrize("fact", FACTS, ids=lambda f: f.question)
 def test_changed_facts_are_retrieved_from_4_2_as_of_a_date_before_5_2(releases, db, fact):
-    top = chunk_search(tenant=releases, query=fact.question, k=3, as_of=AS_OF_BETWEEN).results
+    top = chunk_search(AnswerRequest(question=fact.question, k=3, as_of=AS_OF_BETWEEN), tenant=releases).results
 
     assert {r.chunk.version.published_at.date() for r in top} == {RELEASES[0].released}
     assert fact_check(fact, evidence(top), release="old")
@@ -73,9 +74,13 @@ def test_an_extractive_answer_as_of_a_date_cites_only_4_2_passages_with_their_da
     question = "Which PostgreSQL versions does Django support?"
 
     old = pipeline_answer(
-        tenant=releases, question=question, use_llm=False, trace=False, as_of=AS_OF_BETWEEN, strategy="top_n", k=3
+        AnswerRequest(question=question, use_llm=False, as_of=AS_OF_BETWEEN, strategy="top_n", k=3),
+        tenant=releases,
+        trace=False,
     ).answer
-    new = pipeline_answer(tenant=releases, question=question, use_llm=False, trace=False, strategy="top_n", k=3).answer
+    new = pipeline_answer(
+        AnswerRequest(question=question, use_llm=False, strategy="top_n", k=3), tenant=releases, trace=False
+    ).answer
 
     assert {c.as_dict()["version_date"] for c in old.citations} == {RELEASES[0].released.isoformat()}
     assert {c.as_dict()["version_date"] for c in new.citations} == {RELEASES[1].released.isoformat()}

@@ -12,7 +12,9 @@ from django.db import IntegrityError, transaction
 from core.errors import InvalidInput, PermissionDenied
 from knowledge.access import access_group_save, access_rule_grant, access_rule_revoke, access_scope_get
 from knowledge.selectors import document_list, source_overview
-from retrieval.pipeline import pipeline_retrieve, retrieval_filter
+from retrieval.filters import retrieval_filter
+from retrieval.pipeline import pipeline_retrieve
+from retrieval.request import AnswerRequest
 from retrieval.search import chunk_search
 from tests.acl_world import tenant_world
 from tests.api.conftest import client_for
@@ -27,7 +29,7 @@ def world(db):
 
 
 def found(world, user, mode="hybrid") -> set[str]:
-    results = chunk_search(tenant=world.tenant, query=QUERY, k=50, mode=mode, user=user).results
+    results = chunk_search(AnswerRequest(question=QUERY, k=50, mode=mode), tenant=world.tenant, user=user).results
     by_id = {d.pk: key for key, d in world.documents.items()}
     return {by_id[r.chunk.version.document_id] for r in results}
 
@@ -83,7 +85,9 @@ def test_a_document_rule_narrows_its_sources_rule(world):
 
 
 def test_the_trace_of_a_retrieval_records_the_access_scope(world):
-    run = pipeline_retrieve(tenant=world.tenant, query=QUERY, pipeline="simple", user=world.users["board"])
+    run = pipeline_retrieve(
+        AnswerRequest(question=QUERY, pipeline="simple"), tenant=world.tenant, user=world.users["board"]
+    )
     retrieve = next(step for step in run.steps if step.stage == "retrieve")
     group_id = world.tenant.access_groups.get().pk
     assert retrieve.summary["filter"]["access"] == {
@@ -96,7 +100,7 @@ def test_the_trace_of_a_retrieval_records_the_access_scope(world):
 def test_someone_outside_the_tenant_may_not_retrieve_from_it(world, db):
     stranger = MembershipFactory().user
     with pytest.raises(PermissionDenied):
-        chunk_search(tenant=world.tenant, query=QUERY, user=stranger)
+        chunk_search(AnswerRequest(question=QUERY), tenant=world.tenant, user=stranger)
 
 
 def test_document_lists_and_source_counts_follow_the_rules(world):

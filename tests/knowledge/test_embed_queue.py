@@ -12,6 +12,7 @@ from knowledge.embedders import get_embedder
 from knowledge.models import Chunk, IngestionJob
 from knowledge.services import documents_ingest, embedding_input, upload_ingest
 from knowledge.services.embeddings import chunks_embed
+from retrieval.request import AnswerRequest
 from retrieval.search import chunk_search
 from tests.conftest import BIKE, PASTA, TAXES
 from tests.knowledge.test_jobs import BROKER, Worker, _bulk_jsonl, job_queue  # noqa: F401, F811
@@ -29,7 +30,7 @@ def test_without_an_embed_queue_ingestion_embeds_inline_as_before(
         documents_ingest(tenant=tenant, source=source, documents=[PASTA, BIKE])
     assert _pending(tenant) == 0 and Chunk.objects.for_tenant(tenant).count() > 0
     assert not any(getattr(c, "args", ())[:1] == (task_names.CHUNKS_EMBED,) for c in queued)
-    assert chunk_search(tenant=tenant, query="how long to cook spaghetti", k=1, mode="dense").results
+    assert chunk_search(AnswerRequest(question="how long to cook spaghetti", k=1, mode="dense"), tenant=tenant).results
 
 
 def test_with_an_embed_queue_chunks_are_found_by_bm25_at_once_and_by_dense_search_once_embedded(
@@ -42,16 +43,21 @@ def test_with_an_embed_queue_chunks_are_found_by_bm25_at_once_and_by_dense_searc
     assert chunks > 0 and report.embed_seconds == 0
     assert _pending(tenant) == chunks  # written, not embedded yet
 
-    lexical = chunk_search(tenant=tenant, query="spaghetti al dente", k=3, mode="lexical").results
+    lexical = chunk_search(AnswerRequest(question="spaghetti al dente", k=3, mode="lexical"), tenant=tenant).results
     assert lexical and lexical[0].chunk.version.document.external_id == "recipes/pasta"
-    assert chunk_search(tenant=tenant, query="how long to cook spaghetti", k=3, mode="dense").results == []
-    hybrid = chunk_search(tenant=tenant, query="spaghetti al dente", k=3).results
+    assert (
+        chunk_search(AnswerRequest(question="how long to cook spaghetti", k=3, mode="dense"), tenant=tenant).results
+        == []
+    )
+    hybrid = chunk_search(AnswerRequest(question="spaghetti al dente", k=3), tenant=tenant).results
     assert hybrid[0].chunk.version.document.external_id == "recipes/pasta"
 
     for callback in queued:  # what a broker-less commit runs: the embedding task among them
         callback()
     assert _pending(tenant) == 0
-    dense = chunk_search(tenant=tenant, query="how long should I boil noodles", k=1, mode="dense").results
+    dense = chunk_search(
+        AnswerRequest(question="how long should I boil noodles", k=1, mode="dense"), tenant=tenant
+    ).results
     assert dense[0].chunk.version.document.external_id == "recipes/pasta"
 
 
@@ -118,5 +124,5 @@ def test_two_real_workers_split_the_work_parsing_and_writing_on_one_queue_embedd
     assert task_names.INGESTION_JOB not in _tasks_run(text["gpu"])
     assert _tasks_run(text["cpu"]) == {task_names.INGESTION_JOB}
     assert IngestionJob.objects.get(pk=job.pk).result["embed_seconds"] == 0
-    top = chunk_search(tenant=tenant, query="Bulk document 2", k=5, mode="dense").results
+    top = chunk_search(AnswerRequest(question="Bulk document 2", k=5, mode="dense"), tenant=tenant).results
     assert top

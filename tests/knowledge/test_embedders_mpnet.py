@@ -14,6 +14,7 @@ from knowledge.embedders.mpnet import MPNET_ARCHIVE, model_archive_unpack
 from knowledge.models import Chunk
 from knowledge.services import documents_ingest
 from llm.local import LocalModelChecksumError, ModelPart
+from retrieval.request import AnswerRequest
 from retrieval.search import chunk_search
 from tests.conftest import BIKE, PASTA, TAXES
 from tests.factories import SourceFactory, TenantFactory
@@ -154,5 +155,7 @@ def test_a_tenant_with_the_mpnet_embedder_ingests_and_finds_the_answer_in_every_
     assert chunks and {c.embedder for c in chunks} == {"mpnet"}
     assert {len(c.embedding) for c in chunks} == {768}
     for mode in ("dense", "hybrid"):
-        response = chunk_search(tenant=tenant, query="How do I find the hole in a flat inner tube?", k=3, mode=mode)
+        response = chunk_search(
+            AnswerRequest(question="How do I find the hole in a flat inner tube?", k=3, mode=mode), tenant=tenant
+        )
         assert response.results[0].chunk.version.document.external_id == "howto/bike-tyre"

@@ -17,6 +17,7 @@ from knowledge.models import Chunk, ChunkEnrichment, EnrichmentPosting
 from knowledge.services import documents_ingest
 from retrieval.config import SearchConfig
 from retrieval.filters import RetrievalFilter
+from retrieval.request import AnswerRequest
 from retrieval.search import chunk_search
 from retrieval.stages.retrieve.enrichment import enrichment_bm25_search
 from tests.knowledge.test_enrichment import statistics_are_exact
@@ -85,7 +86,7 @@ def test_a_query_naming_an_entity_finds_the_chunk_through_the_enrichment_field(r
 
     assert [chunk_id for chunk_id, _ in enrichment_bm25_search(where=where, limit=5, query="Lisbon")] == [chunk.pk]
     config = SearchConfig.for_tenant(repair, enrichment_weight=0.3)
-    [result] = chunk_search(tenant=repair, query="Lisbon", k=5, mode="lexical", config=config).results
+    [result] = chunk_search(AnswerRequest(question="Lisbon", k=5, mode="lexical"), tenant=repair, config=config).results
     parts = result.components["lexical"]
     assert result.chunk.pk == chunk.pk and parts["body"] > 0 and parts["enrichment"] > 0
     assert parts["score"] == pytest.approx(parts["body"] + 0.3 * parts["enrichment"], abs=1e-5)

@@ -6,6 +6,7 @@ from django.db import IntegrityError
 from core.errors import InvalidInput, UnsupportedFileType
 from knowledge.models import Chunk, Document, DocumentVersion
 from knowledge.services import document_delete, documents_ingest, paths_ingest
+from retrieval.request import AnswerRequest
 from retrieval.search import chunk_search
 from tests.conftest import BIKE, PASTA, TAXES
 from tests.factories import DocumentVersionFactory, SourceFactory
@@ -38,7 +39,7 @@ def test_changed_content_creates_a_new_version_whose_chunks_replace_the_old_ones
     assert [(v.number, v.is_current) for v in versions] == [(1, False), (2, True)]
     assert versions[0].chunks.exists() and not versions[0].chunks.filter(is_current=True).exists()
     assert versions[1].chunks.exists() and not versions[1].chunks.filter(is_current=False).exists()
-    top = chunk_search(tenant=corpus, query="fresh pasta three minutes", k=1).results[0]
+    top = chunk_search(AnswerRequest(question="fresh pasta three minutes", k=1), tenant=corpus).results[0]
     assert top.chunk.version.number == 2
 
 
@@ -66,7 +67,7 @@ def test_deleting_the_original_indexes_its_duplicate_on_its_own(corpus, source):
     copy = DocumentVersion.objects.get(document__external_id="copies/bike")
     assert copy.duplicate_of is None
     assert copy.chunks.exists()
-    top = chunk_search(tenant=corpus, query="patch the inner tube", k=1).results[0]
+    top = chunk_search(AnswerRequest(question="patch the inner tube", k=1), tenant=corpus).results[0]
     assert top.chunk.version.document.external_id == "copies/bike"
 
 
@@ -145,9 +146,9 @@ def test_a_duplicate_stays_searchable_when_its_original_gets_a_new_version(corpu
     assert copy.duplicate_of is None
     assert copy.chunks.count() == old_chunks
     assert all(c.heading.startswith("Tyre guide copy") for c in copy.chunks.all())
-    top = chunk_search(tenant=corpus, query="patch the inner tube puncture", k=1).results[0]
+    top = chunk_search(AnswerRequest(question="patch the inner tube puncture", k=1), tenant=corpus).results[0]
     assert top.chunk.version.document.external_id == "copies/bike"
-    top = chunk_search(tenant=corpus, query="tubeless latex sealant", k=1).results[0]
+    top = chunk_search(AnswerRequest(question="tubeless latex sealant", k=1), tenant=corpus).results[0]
     assert top.chunk.version.document.external_id == "howto/bike-tyre"
 
 

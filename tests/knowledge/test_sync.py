@@ -16,6 +16,7 @@ from knowledge.services import sync_runner
 from knowledge.services.sources import source_create
 from knowledge.services.sync import source_sync, sources_sync_due, sync_run_request
 from knowledge.services.sync_batches import sync_progress
+from retrieval.request import AnswerRequest
 from retrieval.search import chunk_search
 from tests.factories import folder_granted
 
@@ -88,7 +89,7 @@ def test_a_changed_file_becomes_a_new_version_searchable_after_one_sync(tenant, 
     run = source_sync(source=folder_source)
 
     assert run.counts() == {"new": 0, "updated": 1, "unchanged": 2, "deleted": 0, "failed": 0}
-    top = chunk_search(tenant=tenant, query="bamboo whisk matcha", k=1).results[0]
+    top = chunk_search(AnswerRequest(question="bamboo whisk matcha", k=1), tenant=tenant).results[0]
     assert top.chunk.version.document.external_id == "notes/tea" and top.chunk.version.number == 2
 
 
@@ -108,13 +109,14 @@ def test_a_removed_file_leaves_current_results_and_counts_but_as_of_before_still
     assert live_ids(tenant) == ["guide/boiling", "notes/tea"]
     assert source_overview(tenant=tenant).get(pk=folder_source.pk).document_count == 2
     found = {
-        r.chunk.version.document.external_id for r in chunk_search(tenant=tenant, query="knead dough", k=3).results
+        r.chunk.version.document.external_id
+        for r in chunk_search(AnswerRequest(question="knead dough", k=3), tenant=tenant).results
     }
     assert "guide/bread" not in found
     yesterday = (timezone.now() - timedelta(days=1)).date()
-    before = chunk_search(tenant=tenant, query="knead dough", k=3, as_of=yesterday).results
+    before = chunk_search(AnswerRequest(question="knead dough", k=3, as_of=yesterday), tenant=tenant).results
     assert before and before[0].chunk.version.document.external_id == "guide/bread"
-    today = chunk_search(tenant=tenant, query="knead dough", k=3, as_of=timezone.now().date()).results
+    today = chunk_search(AnswerRequest(question="knead dough", k=3, as_of=timezone.now().date()), tenant=tenant).results
     assert "guide/bread" not in {r.chunk.version.document.external_id for r in today}
 
 

@@ -544,11 +544,14 @@ def test_the_real_local_llm_fills_a_json_schema_and_calls_a_forced_function(loca
 
 def test_an_answer_pipeline_on_a_hung_endpoint_degrades_within_the_timeout_budget(corpus, endpoint):
     from retrieval.pipeline import pipeline_answer
+    from retrieval.request import AnswerRequest
 
     endpoint.replies(Reply(body=completion(), delay=5))
     started = time.monotonic()
     run = pipeline_answer(
-        tenant=corpus, question="How long do I boil spaghetti?", pipeline="advanced", llm=client_for(endpoint)
+        AnswerRequest(question="How long do I boil spaghetti?", pipeline="advanced"),
+        tenant=corpus,
+        llm=client_for(endpoint),
     )
     # The rephrase call is cut at the client's 1.0 s budget, and the run never waits for the 5 s
     # reply; the LLM-free stages' own time varies with what else the cores run (xdist).
@@ -571,9 +574,12 @@ def test_an_answer_pipeline_on_a_hung_endpoint_degrades_within_the_timeout_budge
 )
 def test_an_answer_pipeline_answers_extractively_whatever_the_endpoint_does(corpus, endpoint, reply):
     from retrieval.pipeline import pipeline_answer
+    from retrieval.request import AnswerRequest
 
     endpoint.replies(reply)
-    run = pipeline_answer(tenant=corpus, question="How long do I boil spaghetti?", llm=client_for(endpoint))
+    run = pipeline_answer(
+        AnswerRequest(question="How long do I boil spaghetti?"), tenant=corpus, llm=client_for(endpoint)
+    )
     assert run.degraded and run.steps[-1].error
     assert run.answer.mode == "extractive" and "LLM could not answer" in run.answer.text
     assert run.answer.citations[0].as_dict()["document"] == "recipes/pasta"

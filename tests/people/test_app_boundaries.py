@@ -6,15 +6,18 @@ from importlib import import_module
 import pytest
 from django.apps import apps
 from django.contrib.contenttypes.models import ContentType
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
+from django.test import override_settings
 from django.urls import resolve, reverse
 
 from people import rerank
 from people.ask_apis import AskApi, AskStreamApi
+from people.feedback import source_feedback_counts
 from people.models import CitationOpen, Conversation, Feedback, Turn
+from people.personalization import user_layer_compose
 from retrieval import apis as retrieval_apis
-from retrieval import hooks
-from retrieval.stages.rerank import SIGNAL_RERANKERS, signal_rerankers
+from retrieval.registry import Registry, registry_configured
 from tests.api.conftest import client_for
 
 MOVED = (Feedback, Conversation, Turn, CitationOpen)
@@ -47,19 +50,23 @@ def test_upgrading_relabels_the_old_content_types_keeping_their_ids(db):
     assert not ContentType.objects.filter(app_label="retrieval", model__in=move_migration.MOVED).exists()
 
 
-def test_people_registers_the_personal_reranker_and_its_hooks(db):
-    assert hooks.person.user_layer is not None and hooks.person.source_feedback_counts is not None
-    assert SIGNAL_RERANKERS.index("people.rerank") == SIGNAL_RERANKERS.index("retrieval.stages.rerank.diversity") - 1
-    assert rerank in signal_rerankers()
-    with pytest.raises(TypeError, match="Unknown person hook"):
-        hooks.person_hooks_register(horoscope=lambda **_: None)
+def test_the_run_registry_holds_the_personal_reranker_and_the_person_hooks_the_settings_name(db):
+    registry = registry_configured()
+    assert registry.user_layer is user_layer_compose and registry.source_feedback_counts is source_feedback_counts
+    paths = registry.reranker_paths
+    assert paths.index("people.rerank") == paths.index("retrieval.stages.rerank.diversity") - 1
+    assert rerank in registry.signal_rerankers
+    with override_settings(KB_PERSON_HOOKS={"horoscope": "people.rerank"}), pytest.raises(ImproperlyConfigured):
+        registry_configured()
 
 
 def test_retrieval_has_no_ask_hook_asking_lives_in_people(db):
-    assert "ask" not in {f.name for f in fields(hooks.PersonHooks)}
-    assert not hasattr(hooks.person, "ask")
-    with pytest.raises(TypeError, match="Unknown person hook 'ask'"):
-        hooks.person_hooks_register(ask=lambda **_: None)
+    assert "ask" not in {f.name for f in fields(Registry)}
+    with (
+        override_settings(KB_PERSON_HOOKS={"ask": "people.asking.ask"}),
+        pytest.raises(ImproperlyConfigured, match="ask"),
+    ):
+        registry_configured()
     assert not hasattr(retrieval_apis, "AskApi") and not hasattr(retrieval_apis, "ask_run")
     assert resolve(reverse("api:ask")).func.view_class is AskApi
     assert resolve(reverse("api:ask-stream")).func.view_class is AskStreamApi

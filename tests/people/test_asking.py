@@ -17,6 +17,7 @@ from core.errors import InvalidInput, PermissionDenied
 from people.asking import ask, ask_stream
 from people.models import Conversation
 from retrieval.models import Trace
+from retrieval.request import AnswerRequest
 from tests.api.conftest import client_for
 
 pytestmark = pytest.mark.usefixtures("transactional_db")
@@ -110,15 +111,23 @@ def test_asking_without_a_user_answers_but_keeps_no_conversation(corpus):
     with pytest.raises(CommandError, match="--conversation needs --user"):
         call_command("ask", "Which sauce?", "--tenant", corpus.slug, "--conversation", "1", stdout=io.StringIO())
     with pytest.raises(PermissionDenied):
-        ask(tenant=corpus, user=None, question="Which sauce?", conversation_id=1)
+        ask(AnswerRequest(question="Which sauce?", conversation_id=1), tenant=corpus, user=None)
 
 
 def test_an_unknown_source_is_refused_before_anything_is_asked_or_streamed(corpus, member):
     with pytest.raises(InvalidInput) as refused:
-        ask(tenant=corpus, user=member, question=QUESTION, sources=["nope"])
+        ask(
+            AnswerRequest.for_sources(tenant=corpus, user=member, sources=["nope"], question=QUESTION),
+            tenant=corpus,
+            user=member,
+        )
     assert refused.value.code == "unknown_source"
     with pytest.raises(InvalidInput):
-        ask_stream(tenant=corpus, user=member, question=QUESTION, sources=["nope"])
+        ask_stream(
+            AnswerRequest.for_sources(tenant=corpus, user=member, sources=["nope"], question=QUESTION),
+            tenant=corpus,
+            user=member,
+        )
     assert not Conversation.objects.exists() and not Trace.objects.exists()
 
 
@@ -136,4 +145,4 @@ def test_a_question_asked_while_a_source_syncs_is_answered_and_names_that_source
     assert answer["citations"] and answer["syncing"] == ["wiki"]
     assert "Answered from what is in so far: wiki is still syncing" in page
     SyncRun.objects.filter(source=wiki).update(status=SyncRun.Status.DONE)
-    assert ask(tenant=corpus, user=None, question=QUESTION).syncing == []
+    assert ask(AnswerRequest(question=QUESTION), tenant=corpus, user=None).syncing == []

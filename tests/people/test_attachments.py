@@ -3,12 +3,11 @@
 import pytest
 
 from core.errors import InvalidInput, NotFound, PermissionDenied, UnsupportedFileType
-from core.models import Membership, TenantQuota
-from core.quotas import QuotaExceeded
+from core.models import Membership
 from knowledge.attachments import CONVERSATION_SOURCE_NAME, attachments_orphans_delete
 from knowledge.ingestion.readers import ReadDocument
-from knowledge.models import AccessRule, Chunk, Document, DocumentVersion, Source
-from knowledge.quotas import usage_count
+from knowledge.models import AccessRule, Chunk, Document, DocumentVersion, Source, TenantQuota
+from knowledge.quotas import QuotaExceeded, usage_count
 from knowledge.selectors import document_get, document_list, source_list, source_overview
 from knowledge.services import documents_ingest
 from people.attachments import (
@@ -19,6 +18,7 @@ from people.attachments import (
 )
 from people.conversations import conversation_ask, conversation_delete
 from people.models import Conversation, ConversationFile
+from retrieval.request import AnswerRequest
 from retrieval.search import chunk_search
 from tests.factories import MembershipFactory
 
@@ -37,7 +37,7 @@ def attach(tenant, user, conversation_id=None, data=NOTES, name="zephyr-budget.m
 
 def found(tenant, user, query="zephyrzq budget", **kwargs) -> set[int]:
     """Document ids a plain lexical search by ``user`` finds."""
-    results = chunk_search(tenant=tenant, query=query, mode="lexical", user=user, **kwargs).results
+    results = chunk_search(AnswerRequest(question=query, mode="lexical", **kwargs), tenant=tenant, user=user).results
     return {result.chunk.version.document_id for result in results}
 
 
@@ -48,13 +48,17 @@ def cited(run) -> set[int]:
 @pytest.fixture
 def attached(corpus, member):
     """``member``'s conversation about bicycles with the Zephyr notes attached."""
-    first = conversation_ask(tenant=corpus, user=member, question="How do I fix a flat tyre?", use_llm=False)
+    first = conversation_ask(
+        AnswerRequest(question="How do I fix a flat tyre?", use_llm=False), tenant=corpus, user=member
+    )
     return attach(corpus, member, first.conversation_id)
 
 
 def test_a_file_attached_to_a_conversation_is_cited_when_its_member_asks_there(corpus, member, attached):
     run = conversation_ask(
-        tenant=corpus, user=member, question=QUESTION, conversation_id=attached.conversation_id, use_llm=False
+        AnswerRequest(question=QUESTION, conversation_id=attached.conversation_id, use_llm=False),
+        tenant=corpus,
+        user=member,
     )
     assert attached.document_id in cited(run)
     assert "forty-two thousand euros" in run.answer.text
@@ -78,10 +82,12 @@ def test_the_file_becomes_a_private_document_in_the_hidden_conversation_source(c
 
 def test_its_member_does_not_find_it_in_another_conversation_or_a_plain_search(corpus, member, attached):
     assert attached.document_id not in found(corpus, member)
-    elsewhere = conversation_ask(tenant=corpus, user=member, question=QUESTION, use_llm=False)
+    elsewhere = conversation_ask(AnswerRequest(question=QUESTION, use_llm=False), tenant=corpus, user=member)
     assert attached.document_id not in cited(elsewhere)
     again = conversation_ask(
-        tenant=corpus, user=member, question=QUESTION, conversation_id=elsewhere.conversation_id, use_llm=False
+        AnswerRequest(question=QUESTION, conversation_id=elsewhere.conversation_id, use_llm=False),
+        tenant=corpus,
+        user=member,
     )
     assert attached.document_id not in cited(again)
 
@@ -93,7 +99,7 @@ def test_an_operator_search_without_a_user_does_not_find_it_either(corpus, attac
 def test_another_member_sees_it_nowhere(corpus, attached):
     other = MembershipFactory(tenant=corpus).user
     assert attached.document_id not in found(corpus, other)
-    run = conversation_ask(tenant=corpus, user=other, question=QUESTION, use_llm=False)
+    run = conversation_ask(AnswerRequest(question=QUESTION, use_llm=False), tenant=corpus, user=other)
     assert attached.document_id not in cited(run)
     assert attached.document_id not in set(document_list(tenant=corpus, user=other).values_list("pk", flat=True))
     with pytest.raises(NotFound):
@@ -106,7 +112,7 @@ def test_admins_and_owners_find_it_neither_in_searches_nor_in_document_lists(cor
     for role in (Membership.Role.ADMIN, Membership.Role.OWNER):
         boss = MembershipFactory(tenant=corpus, role=role).user
         assert attached.document_id not in found(corpus, boss)
-        run = conversation_ask(tenant=corpus, user=boss, question=QUESTION, use_llm=False)
+        run = conversation_ask(AnswerRequest(question=QUESTION, use_llm=False), tenant=corpus, user=boss)
         assert attached.document_id not in cited(run)
         assert attached.document_id not in set(document_list(tenant=corpus, user=boss).values_list("pk", flat=True))
         with pytest.raises(NotFound):
@@ -122,12 +128,14 @@ def test_its_member_may_open_it_as_a_cited_document_but_no_source_list_shows_its
 
 def test_naming_sources_still_searches_the_conversations_own_files(corpus, member, attached):
     run = conversation_ask(
+        AnswerRequest(
+            question=QUESTION,
+            conversation_id=attached.conversation_id,
+            source_ids=[Source.objects.get(tenant=corpus, name="handbook").pk],
+            use_llm=False,
+        ),
         tenant=corpus,
         user=member,
-        question=QUESTION,
-        conversation_id=attached.conversation_id,
-        source_ids=[Source.objects.get(tenant=corpus, name="handbook").pk],
-        use_llm=False,
     )
     assert attached.document_id in cited(run)
 
@@ -156,7 +164,9 @@ def test_attaching_without_a_conversation_starts_one_named_after_the_file(corpus
     attached = attach(corpus, member)
     assert attached.conversation.title == "zephyr-budget.md"
     run = conversation_ask(
-        tenant=corpus, user=member, question=QUESTION, conversation_id=attached.conversation_id, use_llm=False
+        AnswerRequest(question=QUESTION, conversation_id=attached.conversation_id, use_llm=False),
+        tenant=corpus,
+        user=member,
     )
     assert attached.document_id in cited(run)
     assert run.turn == 1

@@ -8,6 +8,7 @@ from llm import LLMClient
 from people.conversations import conversation_ask
 from people.models import Conversation, Turn
 from retrieval.models import Trace
+from retrieval.request import AnswerRequest
 from retrieval.stages.rewrite.condense import carried_terms
 from tests.api.conftest import client_for
 from tests.factories import MembershipFactory
@@ -26,7 +27,7 @@ def test_carried_terms_skip_words_the_follow_up_already_has_by_their_stem(db):
 
 
 def test_a_first_question_starts_a_conversation_and_keeps_the_turn(corpus, member):
-    run = conversation_ask(tenant=corpus, user=member, question=FIRST)
+    run = conversation_ask(AnswerRequest(question=FIRST), tenant=corpus, user=member)
     conversation = Conversation.objects.get(pk=run.conversation_id)
     assert (conversation.title, conversation.user, run.turn) == (FIRST, member, 1)
     turn = conversation.turns.get()
@@ -36,8 +37,10 @@ def test_a_first_question_starts_a_conversation_and_keeps_the_turn(corpus, membe
 
 
 def test_a_follow_up_without_an_llm_carries_the_earlier_key_terms_and_finds_the_right_document(corpus, member):
-    first = conversation_ask(tenant=corpus, user=member, question=FIRST)
-    follow_up = conversation_ask(tenant=corpus, user=member, question=FOLLOW_UP, conversation_id=first.conversation_id)
+    first = conversation_ask(AnswerRequest(question=FIRST), tenant=corpus, user=member)
+    follow_up = conversation_ask(
+        AnswerRequest(question=FOLLOW_UP, conversation_id=first.conversation_id), tenant=corpus, user=member
+    )
 
     condense = next(step for step in follow_up.steps if step.stage == "condense")
     assert condense.summary["by"] == "key terms"
@@ -49,10 +52,10 @@ def test_a_follow_up_without_an_llm_carries_the_earlier_key_terms_and_finds_the_
 
 
 def test_a_follow_up_with_an_llm_is_rephrased_from_the_conversation(corpus, member):
-    first = conversation_ask(tenant=corpus, user=member, question=FIRST, use_llm=False)
+    first = conversation_ask(AnswerRequest(question=FIRST, use_llm=False), tenant=corpus, user=member)
     llm = ScriptedLLM(tool_reply={"query": "glue for patching a bicycle inner tube"}, chat_reply="Rubber glue [1].")
     follow_up = conversation_ask(
-        tenant=corpus, user=member, question=FOLLOW_UP, conversation_id=first.conversation_id, llm=llm
+        AnswerRequest(question=FOLLOW_UP, conversation_id=first.conversation_id), tenant=corpus, user=member, llm=llm
     )
     condense = next(step for step in follow_up.steps if step.stage == "condense")
     assert condense.summary == {"by": "llm", "history": 1, "query": "glue for patching a bicycle inner tube"}
@@ -63,10 +66,10 @@ def test_a_follow_up_with_an_llm_is_rephrased_from_the_conversation(corpus, memb
 def test_an_llm_failure_while_condensing_falls_back_to_carried_terms(corpus, member):
     from llm import LLMUnavailable
 
-    first = conversation_ask(tenant=corpus, user=member, question=FIRST, use_llm=False)
+    first = conversation_ask(AnswerRequest(question=FIRST, use_llm=False), tenant=corpus, user=member)
     llm = ScriptedLLM(tool_reply=LLMUnavailable("The LLM endpoint refused the connection."))
     follow_up = conversation_ask(
-        tenant=corpus, user=member, question=FOLLOW_UP, conversation_id=first.conversation_id, llm=llm
+        AnswerRequest(question=FOLLOW_UP, conversation_id=first.conversation_id), tenant=corpus, user=member, llm=llm
     )
     condense = next(step for step in follow_up.steps if step.stage == "condense")
     assert condense.summary["by"] == "key terms" and condense.summary["fallback"] == "key terms"
@@ -74,10 +77,12 @@ def test_an_llm_failure_while_condensing_falls_back_to_carried_terms(corpus, mem
 
 
 def test_someone_elses_conversation_cannot_be_continued_and_nothing_is_stored(corpus, member):
-    first = conversation_ask(tenant=corpus, user=member, question=FIRST)
+    first = conversation_ask(AnswerRequest(question=FIRST), tenant=corpus, user=member)
     colleague = MembershipFactory(tenant=corpus).user
     with pytest.raises(NotFound):
-        conversation_ask(tenant=corpus, user=colleague, question=FOLLOW_UP, conversation_id=first.conversation_id)
+        conversation_ask(
+            AnswerRequest(question=FOLLOW_UP, conversation_id=first.conversation_id), tenant=corpus, user=colleague
+        )
     assert Turn.objects.count() == 1
 
 
@@ -85,9 +90,12 @@ def test_a_follow_up_with_the_real_local_llm_is_condensed_by_it(corpus, member, 
     from llm.local import MODEL_ALIAS
 
     llm = LLMClient(MODEL_ALIAS, base_url=local_llm_url, api_key="local", timeout_s=600)
-    first = conversation_ask(tenant=corpus, user=member, question=FIRST, use_llm=False)
+    first = conversation_ask(AnswerRequest(question=FIRST, use_llm=False), tenant=corpus, user=member)
     follow_up = conversation_ask(
-        tenant=corpus, user=member, question=FOLLOW_UP, conversation_id=first.conversation_id, llm=llm, k=2
+        AnswerRequest(question=FOLLOW_UP, conversation_id=first.conversation_id, k=2),
+        tenant=corpus,
+        user=member,
+        llm=llm,
     )
     condense = next(step for step in follow_up.steps if step.stage == "condense")
     # The tiny model's rewrite is recorded (not judged); if its tool call broke, the key terms stood in.
@@ -162,7 +170,7 @@ def test_the_portal_lists_conversations_and_reopens_one(client, corpus, member):
 
 
 def test_the_portal_refuses_someone_elses_conversation(client, corpus, member):
-    conversation_ask(tenant=corpus, user=member, question=FIRST)
+    conversation_ask(AnswerRequest(question=FIRST), tenant=corpus, user=member)
     client.force_login(MembershipFactory(tenant=corpus).user)
     conversation = Conversation.objects.get()
     assert client.get(reverse("portal:ask"), {"conversation": conversation.pk}).status_code == 404
@@ -182,7 +190,7 @@ def viewer(corpus):
 
 
 def test_a_viewers_question_is_answered_but_not_kept(corpus, viewer):
-    run = conversation_ask(tenant=corpus, user=viewer, question=FIRST)
+    run = conversation_ask(AnswerRequest(question=FIRST), tenant=corpus, user=viewer)
     assert run.answer.citations and run.conversation_id is None
     assert not Conversation.objects.exists()
 
@@ -197,6 +205,6 @@ def test_a_viewer_gets_no_feedback_buttons_and_cannot_give_feedback(client, corp
     client.force_login(viewer)
     page = client.post(reverse("portal:ask"), {"question": FIRST}).content.decode()
     assert 'class="feedback"' not in page and "Fixing a flat bicycle tyre" in page
-    asked = conversation_ask(tenant=corpus, user=member, question=FIRST)
+    asked = conversation_ask(AnswerRequest(question=FIRST), tenant=corpus, user=member)
     url = reverse("api:trace-feedback", args=[asked.trace_id])
     assert client_for(viewer).post(url, {"rating": "up"}, format="json").status_code == 403

@@ -11,6 +11,7 @@ from knowledge.models import Document
 from people.feedback import feedback_give, feedback_trends
 from people.models import Feedback
 from retrieval.pipeline import pipeline_answer
+from retrieval.request import AnswerRequest
 from tests.api.conftest import client_for
 from tests.factories import MembershipFactory
 
@@ -20,7 +21,7 @@ QUESTION = "How long should spaghetti boil?"
 @pytest.fixture
 def answered(corpus, member):
     """A real answer of the corpus tenant to ``member``, traced, with its citations."""
-    run = pipeline_answer(tenant=corpus, question=QUESTION, user=member, trace=True)
+    run = pipeline_answer(AnswerRequest(question=QUESTION), tenant=corpus, user=member, trace=True)
     assert run.trace_id and run.answer.citations
     return run
 
@@ -193,7 +194,7 @@ def test_a_tenant_admin_lists_their_tenants_feedback_only(
     feedback_admin_client, answered, corpus, member, other_tenant_corpus
 ):
     feedback_give(tenant=corpus, user=member, trace_id=answered.trace_id, rating="down", comment="Ours")
-    theirs = pipeline_answer(tenant=other_tenant_corpus, question="bicycle tyre puncture", trace=True)
+    theirs = pipeline_answer(AnswerRequest(question="bicycle tyre puncture"), tenant=other_tenant_corpus, trace=True)
     stranger = MembershipFactory(tenant=other_tenant_corpus).user
     feedback_give(tenant=other_tenant_corpus, user=stranger, trace_id=theirs.trace_id, rating="down", comment="Theirs")
 

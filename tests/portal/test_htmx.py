@@ -9,6 +9,7 @@ from core.models import Membership
 from knowledge.models import Document
 from people.conversations import conversation_ask
 from people.models import Conversation
+from retrieval.request import AnswerRequest
 from tests.factories import MembershipFactory
 
 HX = {"HTTP_HX_REQUEST": "true"}
@@ -54,7 +55,7 @@ def test_a_bad_profile_with_htmx_shows_the_error_in_the_form(client, member, cor
 
 def test_a_conversation_unfolds_in_place_with_htmx_and_is_a_page_without(client, member, corpus):
     client.force_login(member)
-    run = conversation_ask(tenant=corpus, user=member, question="How long should spaghetti cook?")
+    run = conversation_ask(AnswerRequest(question="How long should spaghetti cook?"), tenant=corpus, user=member)
     url = reverse("portal:conversation", args=[run.conversation_id])
     listing = client.get(reverse("portal:conversations")).content.decode()
     assert f'hx-get="{url}"' in listing and 'hx-trigger="toggle once"' in listing
@@ -66,15 +67,15 @@ def test_a_conversation_unfolds_in_place_with_htmx_and_is_a_page_without(client,
 
 def test_deleting_a_conversation_with_htmx_removes_it_and_anothers_is_a_404(client, member, corpus):
     client.force_login(member)
-    mine = conversation_ask(tenant=corpus, user=member, question="How long should spaghetti cook?")
+    mine = conversation_ask(AnswerRequest(question="How long should spaghetti cook?"), tenant=corpus, user=member)
     someone = MembershipFactory(tenant=corpus).user
-    theirs = conversation_ask(tenant=corpus, user=someone, question="How long should spaghetti cook?")
+    theirs = conversation_ask(AnswerRequest(question="How long should spaghetti cook?"), tenant=corpus, user=someone)
     refused = client.post(reverse("portal:conversation-delete", args=[theirs.conversation_id]), **HX)
     assert refused.status_code == 404
     deleted = client.post(reverse("portal:conversation-delete", args=[mine.conversation_id]), **HX)
     assert deleted.status_code == 200 and deleted.content == b""
     assert list(Conversation.objects.values_list("pk", flat=True)) == [theirs.conversation_id]
-    plain = conversation_ask(tenant=corpus, user=member, question="Which sauce?")
+    plain = conversation_ask(AnswerRequest(question="Which sauce?"), tenant=corpus, user=member)
     response = client.post(reverse("portal:conversation-delete", args=[plain.conversation_id]))
     assert response.status_code == 302 and response["Location"] == reverse("portal:conversations")
 

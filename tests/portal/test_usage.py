@@ -5,7 +5,8 @@ import re
 import pytest
 from django.urls import reverse
 
-from core.models import Membership, TenantQuota
+from core.models import Membership
+from knowledge.models import TenantQuota
 from knowledge.quotas import usage_count
 from tests.factories import MembershipFactory, SourceFactory
 

@@ -3,6 +3,7 @@
 import pytest
 
 from retrieval.pipeline import pipeline_answer
+from retrieval.request import AnswerRequest
 from retrieval.stages.confidence import retrieval_confidence
 from retrieval.types import SearchResult
 from tests.retrieval.doubles import ScriptedLLM
@@ -27,9 +28,8 @@ def stages(run):
 def test_a_confident_retrieval_answers_at_the_simple_level(corpus):
     llm = ScriptedLLM(chat_reply="Boil it for nine to eleven minutes [1].")
     run = pipeline_answer(
+        AnswerRequest(question="How long do I cook spaghetti?", pipeline="adaptive"),
         tenant=corpus,
-        question="How long do I cook spaghetti?",
-        pipeline="adaptive",
         llm=llm,
         trace=False,
         overrides={"adaptive_threshold": 0.0},
@@ -49,9 +49,8 @@ def test_an_unsure_retrieval_escalates_to_superrag_and_stops_there_when_it_is_co
 
     llm = ScriptedLLM(structured_reply=grade, chat_reply="Nine to eleven minutes [1].")
     run = pipeline_answer(
+        AnswerRequest(question="How long do I cook spaghetti?", pipeline="adaptive"),
         tenant=corpus,
-        question="How long do I cook spaghetti?",
-        pipeline="adaptive",
         llm=llm,
         overrides={"adaptive_threshold": 1.0 - 1e-9, "superrag_candidates": 3, "superrag_batch": 1},
     )
@@ -63,10 +62,8 @@ def test_an_unsure_retrieval_escalates_to_superrag_and_stops_there_when_it_is_co
 
 def test_without_an_llm_the_adaptive_pipeline_answers_at_simple_and_says_why(corpus):
     run = pipeline_answer(
+        AnswerRequest(question="How long do I cook spaghetti?", pipeline="adaptive", use_llm=False),
         tenant=corpus,
-        question="How long do I cook spaghetti?",
-        pipeline="adaptive",
-        use_llm=False,
         overrides={"adaptive_threshold": 1.0},
     )
     assert run.escalation == {
@@ -81,9 +78,8 @@ def test_without_an_llm_the_adaptive_pipeline_answers_at_simple_and_says_why(cor
 def test_a_spent_budget_stops_escalation(corpus, settings):
     settings.KB_BUDGET_MS = 0
     run = pipeline_answer(
+        AnswerRequest(question="How long do I cook spaghetti?", pipeline="adaptive"),
         tenant=corpus,
-        question="How long do I cook spaghetti?",
-        pipeline="adaptive",
         llm=ScriptedLLM(chat_reply="x [1]"),
         overrides={"adaptive_threshold": 1.0},
         trace=False,
@@ -98,11 +94,9 @@ def test_the_adaptive_pipeline_runs_with_the_real_local_llm(corpus, local_llm_ur
 
     llm = LLMClient(MODEL_ALIAS, base_url=local_llm_url, api_key="local", timeout_s=600)
     run = pipeline_answer(
+        AnswerRequest(question="How do I fix a flat bicycle tyre?", pipeline="adaptive", k=2),
         tenant=corpus,
-        question="How do I fix a flat bicycle tyre?",
-        pipeline="adaptive",
         llm=llm,
-        k=2,
         overrides={"adaptive_threshold": threshold, "superrag_candidates": 2, "walk_max_rounds": 1},
     )
     assert run.escalation["level"] in ("superrag", "walkingrag")  # plumbing: it escalated and answered

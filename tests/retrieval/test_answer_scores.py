@@ -11,6 +11,7 @@ from llm import LLMBadOutput, LLMClient, LLMTimeout
 from retrieval.admin import TraceAdmin
 from retrieval.models import Trace
 from retrieval.pipeline import pipeline_answer
+from retrieval.request import AnswerRequest
 from retrieval.stages.generate.cited import NOT_FOUND
 from retrieval.stages.generate.extractive import LABEL
 from retrieval.stages.score import SCORE_KEYS, answer_judge, answer_scores, answer_support
@@ -200,7 +201,7 @@ def test_a_judge_that_times_out_leaves_the_llm_free_scores_and_says_why():
 def test_with_scoring_on_an_extractive_answer_stores_coverage_and_support_on_its_trace(corpus, settings):
     settings.KB_SCORE_ANSWERS = True
 
-    run = pipeline_answer(tenant=corpus, question=QUESTION, use_llm=False)
+    run = pipeline_answer(AnswerRequest(question=QUESTION, use_llm=False), tenant=corpus)
 
     assert run.scores["coverage"] == 1.0  # every extractive sentence is cited
     assert run.scores["support_min"] > 0.95  # and quoted from its passage
@@ -214,7 +215,7 @@ def test_with_scoring_on_an_llm_answer_is_also_judged_and_the_judge_counts_in_th
     settings.KB_SCORE_ANSWERS = True
     llm = ScriptedLLM(chat_reply="Cook it for nine to eleven minutes [1].", structured_reply=GOOD_JUDGEMENT)
 
-    run = pipeline_answer(tenant=corpus, question=QUESTION, llm=llm)
+    run = pipeline_answer(AnswerRequest(question=QUESTION), tenant=corpus, llm=llm)
 
     assert run.answer.mode == "llm"
     assert run.scores["question_score"] == 5 and run.scores["context_score"] == 4
@@ -227,7 +228,7 @@ def test_a_failing_judge_neither_fails_nor_degrades_the_answer(corpus, settings)
     settings.KB_SCORE_ANSWERS = True
     llm = ScriptedLLM(chat_reply="Cook it for nine to eleven minutes [1].", structured_reply={"question_score": "?"})
 
-    run = pipeline_answer(tenant=corpus, question=QUESTION, llm=llm)
+    run = pipeline_answer(AnswerRequest(question=QUESTION), tenant=corpus, llm=llm)
 
     assert run.answer.mode == "llm" and not run.degraded
     assert run.scores["coverage"] == 1.0 and run.scores["question_score"] is None
@@ -239,7 +240,7 @@ def test_a_failing_judge_neither_fails_nor_degrades_the_answer(corpus, settings)
 def test_with_scoring_off_answers_have_no_scores(corpus, settings):
     settings.KB_SCORE_ANSWERS = False
 
-    run = pipeline_answer(tenant=corpus, question=QUESTION, use_llm=False)
+    run = pipeline_answer(AnswerRequest(question=QUESTION, use_llm=False), tenant=corpus)
 
     assert run.scores is None and run.as_dict()["scores"] is None
     assert Trace.objects.get(pk=run.trace_id).scores == {}
@@ -284,7 +285,7 @@ def test_the_portal_badge_leaves_out_what_was_not_scored_and_is_absent_without_s
 
 def test_the_trace_admin_lists_coverage_and_shows_the_scores(client, admin_member, corpus, settings):
     settings.KB_SCORE_ANSWERS = True
-    run = pipeline_answer(tenant=corpus, question=QUESTION, use_llm=False)
+    run = pipeline_answer(AnswerRequest(question=QUESTION, use_llm=False), tenant=corpus)
     admin_member.user_permissions.add(Permission.objects.get(codename="view_trace"))
     client.force_login(admin_member)
 
@@ -303,7 +304,9 @@ def test_the_real_local_llm_judges_an_answer_and_the_trace_keeps_its_grades(corp
     from llm.local import MODEL_ALIAS
 
     llm = LLMClient(MODEL_ALIAS, base_url=local_llm_url, api_key="local", timeout_s=600, retries=0)
-    run = pipeline_answer(tenant=corpus, question=QUESTION, use_llm=False, k=1, strategy="top_n", trace=False)
+    run = pipeline_answer(
+        AnswerRequest(question=QUESTION, use_llm=False, k=1, strategy="top_n"), tenant=corpus, trace=False
+    )
 
     scored = answer_scores(run.answer, embedder=corpus.embedder, llm=llm, max_tokens=64)
     trace = trace_save(

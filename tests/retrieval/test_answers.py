@@ -5,6 +5,7 @@ import pytest
 from core.errors import InvalidInput
 from llm import LLMClient, LLMTimeout
 from retrieval.pipeline import pipeline_answer
+from retrieval.request import AnswerRequest
 from retrieval.search import chunk_search
 from retrieval.stages.generate.cited import NOT_FOUND, answer_generate, cited_numbers
 from retrieval.stages.generate.extractive import answer_extract
@@ -13,7 +14,9 @@ from tests.retrieval.doubles import ScriptedLLM
 
 
 def test_extractive_answers_cite_the_passage_each_sentence_comes_from(corpus):
-    answer = pipeline_answer(tenant=corpus, question="How long should spaghetti cook?", use_llm=False).answer
+    answer = pipeline_answer(
+        AnswerRequest(question="How long should spaghetti cook?", use_llm=False), tenant=corpus
+    ).answer
     assert answer.mode == "extractive"
     assert answer.text.startswith("Extractive answer")
     assert "nine to eleven minutes" in answer.text
@@ -38,7 +41,7 @@ def test_the_window_strategy_adds_the_neighbouring_chunks_of_the_same_version(te
         splitter=SentenceSplitter(),
         documents=[ReadDocument(external_id="story", title="Story", text=text)],
     )
-    results = chunk_search(tenant=tenant, query="golden key", k=1).results
+    results = chunk_search(AnswerRequest(question="golden key", k=1), tenant=tenant).results
     assert results[0].chunk.text == "Charlie mentions the golden key."
     [passage] = window(tenant, results, n=1, size=1)
     assert passage.text == "Bravo follows next. Charlie mentions the golden key. Delta closes."
@@ -47,7 +50,7 @@ def test_the_window_strategy_adds_the_neighbouring_chunks_of_the_same_version(te
 
 
 def test_reverse_packing_puts_the_best_passage_last_but_keeps_its_number(corpus):
-    passages = top_n(chunk_search(tenant=corpus, query="boil spaghetti", k=3).results, n=3)
+    passages = top_n(chunk_search(AnswerRequest(question="boil spaghetti", k=3), tenant=corpus).results, n=3)
     context = context_compose(passages, reverse_pack=True)
     assert context.rfind('<passage n="1"') > context.rfind('<passage n="3"')
     assert context_compose(passages, reverse_pack=False).startswith('<passage n="1"')
@@ -55,7 +58,7 @@ def test_reverse_packing_puts_the_best_passage_last_but_keeps_its_number(corpus)
 
 def test_llm_answers_keep_only_citations_that_exist_in_the_context(corpus, written_style):
     llm = ScriptedLLM(chat_reply="Boil it for nine to eleven minutes [1]. Serve hot [9].")
-    run = pipeline_answer(tenant=corpus, question="How long do I boil spaghetti?", llm=llm, k=3)
+    run = pipeline_answer(AnswerRequest(question="How long do I boil spaghetti?", k=3), tenant=corpus, llm=llm)
     answer = run.answer
     assert answer.mode == "llm"
     assert "[9]" not in answer.text
@@ -66,14 +69,16 @@ def test_llm_answers_keep_only_citations_that_exist_in_the_context(corpus, writt
 
 
 def test_an_llm_that_finds_nothing_is_reported_as_not_found(corpus, written_style):
-    run = pipeline_answer(tenant=corpus, question="What is the capital of Peru?", llm=ScriptedLLM(chat_reply=NOT_FOUND))
+    run = pipeline_answer(
+        AnswerRequest(question="What is the capital of Peru?"), tenant=corpus, llm=ScriptedLLM(chat_reply=NOT_FOUND)
+    )
     assert run.answer.found is False
     assert run.answer.citations == []
 
 
 def test_an_llm_that_times_out_degrades_to_a_cited_extractive_answer(corpus):
     llm = ScriptedLLM(chat_reply=LLMTimeout("The LLM endpoint did not answer within 1 s."))
-    run = pipeline_answer(tenant=corpus, question="How long do I boil spaghetti?", llm=llm)
+    run = pipeline_answer(AnswerRequest(question="How long do I boil spaghetti?"), tenant=corpus, llm=llm)
     assert run.degraded is True
     assert "generate" in run.degraded_reason and "did not answer" in run.degraded_reason
     assert run.answer.mode == "extractive" and run.answer.citations
@@ -84,15 +89,15 @@ def test_an_llm_that_times_out_degrades_to_a_cited_extractive_answer(corpus):
 
 def test_bad_arguments_are_rejected(corpus):
     with pytest.raises(InvalidInput):
-        pipeline_answer(tenant=corpus, question="pasta", strategy="sideways")
+        pipeline_answer(AnswerRequest(question="pasta", strategy="sideways"), tenant=corpus)
     with pytest.raises(InvalidInput):
-        pipeline_answer(tenant=corpus, question="pasta", pipeline="telepathy")
+        pipeline_answer(AnswerRequest(question="pasta", pipeline="telepathy"), tenant=corpus)
     with pytest.raises(InvalidInput):
-        pipeline_answer(tenant=corpus, question="   ")
+        pipeline_answer(AnswerRequest(question="   "), tenant=corpus)
 
 
 def test_the_generate_stage_alone_writes_a_cited_answer_from_passages(corpus):
-    passages = top_n(chunk_search(tenant=corpus, query="expense reports", k=2).results, n=2)
+    passages = top_n(chunk_search(AnswerRequest(question="expense reports", k=2), tenant=corpus).results, n=2)
     answer, usage = answer_generate(
         "When are reports due?", passages, llm=ScriptedLLM(chat_reply="Within 30 days [1].")
     )
@@ -105,7 +110,9 @@ def test_the_real_local_llm_answers_from_the_context_end_to_end(corpus, local_ll
     from llm.local import MODEL_ALIAS
 
     llm = LLMClient(MODEL_ALIAS, base_url=local_llm_url, api_key="local", timeout_s=600)
-    run = pipeline_answer(tenant=corpus, question="How long do I boil spaghetti?", llm=llm, k=2, strategy="top_n")
+    run = pipeline_answer(
+        AnswerRequest(question="How long do I boil spaghetti?", k=2, strategy="top_n"), tenant=corpus, llm=llm
+    )
     assert run.answer.mode == "llm", run.degraded_reason
     assert run.answer.text.strip()
     for citation in run.answer.citations:  # every citation the tiny model makes resolves to a passage
@@ -133,7 +140,9 @@ PASTA_REPLY = {
 
 def test_an_llm_json_reply_becomes_a_short_answer_then_cited_sentences(corpus, written_style):
     llm = ScriptedLLM(answer_reply=PASTA_REPLY)
-    answer = pipeline_answer(tenant=corpus, question="How long do I boil spaghetti?", llm=llm, k=3).answer
+    answer = pipeline_answer(
+        AnswerRequest(question="How long do I boil spaghetti?", k=3), tenant=corpus, llm=llm
+    ).answer
     assert answer.mode == "llm" and answer.found is True
     assert answer.short_answer == "Nine to eleven minutes"  # markers belong to the explanation
     assert answer.text == PASTA_REPLY["answer"]
@@ -158,7 +167,7 @@ def test_an_uncited_sentence_of_the_llm_is_cited_by_the_net_and_an_invented_one_
         "answer": "Cook the spaghetti for nine to eleven minutes until al dente. Paris is the capital of France.",
     }
     run = pipeline_answer(
-        tenant=corpus, question="How long do I boil spaghetti?", llm=ScriptedLLM(answer_reply=reply), k=3
+        AnswerRequest(question="How long do I boil spaghetti?", k=3), tenant=corpus, llm=ScriptedLLM(answer_reply=reply)
     )
     answer = run.answer
     cooked, paris = answer.sentences
@@ -176,7 +185,7 @@ def test_an_uncited_sentence_of_the_llm_is_cited_by_the_net_and_an_invented_one_
 
 def test_an_llm_reply_that_is_not_json_is_the_explanation_and_gives_no_short_answer(corpus, written_style):
     llm = ScriptedLLM(answer_reply="Cook the spaghetti for nine to eleven minutes [1]. Serve it hot.")
-    run = pipeline_answer(tenant=corpus, question="How long do I boil spaghetti?", llm=llm, k=3)
+    run = pipeline_answer(AnswerRequest(question="How long do I boil spaghetti?", k=3), tenant=corpus, llm=llm)
     answer = run.answer
     assert run.degraded is False and answer.mode == "llm" and answer.found is True
     assert answer.short_answer == ""
@@ -190,7 +199,7 @@ def test_an_llm_reply_that_is_not_json_is_the_explanation_and_gives_no_short_ans
 def test_a_cut_off_json_reply_keeps_its_explanation_without_json_syntax(corpus, written_style):
     reply = '{"short_answer": "Nine to eleven minutes", "answer": "Cook the spaghetti for nine to eleven minutes [1'
     answer = pipeline_answer(
-        tenant=corpus, question="How long do I boil spaghetti?", llm=ScriptedLLM(answer_reply=reply), k=3
+        AnswerRequest(question="How long do I boil spaghetti?", k=3), tenant=corpus, llm=ScriptedLLM(answer_reply=reply)
     ).answer
     assert answer.short_answer == "Nine to eleven minutes"
     assert answer.text == "Cook the spaghetti for nine to eleven minutes [1]"  # the cut marker is the net's now
@@ -206,7 +215,7 @@ def test_when_the_passages_hold_no_answer_the_short_answer_is_empty_and_the_expl
         "answer": "The passages do not name the capital of Peru. They explain how to cook spaghetti [1].",
     }
     answer = pipeline_answer(
-        tenant=corpus, question="What is the capital of Peru?", llm=ScriptedLLM(answer_reply=reply), k=3
+        AnswerRequest(question="What is the capital of Peru?", k=3), tenant=corpus, llm=ScriptedLLM(answer_reply=reply)
     ).answer
     assert answer.found is False and answer.short_answer == ""
     assert "cook spaghetti" in answer.text and answer.sentences
@@ -216,7 +225,7 @@ def test_when_the_passages_hold_no_answer_the_short_answer_is_empty_and_the_expl
 def test_a_non_answer_in_the_short_answer_field_is_no_short_answer(corpus, written_style):
     reply = {"short_answer": "The passages do not say.", "answer": "They explain how to cook spaghetti [1]."}
     answer = pipeline_answer(
-        tenant=corpus, question="What is the capital of Peru?", llm=ScriptedLLM(answer_reply=reply), k=3
+        AnswerRequest(question="What is the capital of Peru?", k=3), tenant=corpus, llm=ScriptedLLM(answer_reply=reply)
     ).answer
     assert answer.found is False and answer.short_answer == ""
 
@@ -232,7 +241,7 @@ def test_the_llm_is_asked_for_the_answer_schema_with_the_passages_as_untrusted_d
             return super().structured(messages, schema=schema, name=name, max_tokens=max_tokens)
 
     llm = Recording(answer_reply=PASTA_REPLY)
-    pipeline_answer(tenant=corpus, question="How long do I boil spaghetti?", llm=llm, k=3)
+    pipeline_answer(AnswerRequest(question="How long do I boil spaghetti?", k=3), tenant=corpus, llm=llm)
     assert seen == {"schema": ANSWER_SCHEMA, "name": "answer", "retry": False}  # a broken reply is read leniently
     assert set(ANSWER_SCHEMA["required"]) == {"short_answer", "answer"}
     system, user = llm.calls[0][1]
@@ -241,7 +250,9 @@ def test_the_llm_is_asked_for_the_answer_schema_with_the_passages_as_untrusted_d
 
 
 def test_the_extractive_answer_has_a_short_answer_and_every_sentence_cited(corpus):
-    answer = pipeline_answer(tenant=corpus, question="How long should spaghetti cook?", use_llm=False).answer
+    answer = pipeline_answer(
+        AnswerRequest(question="How long should spaghetti cook?", use_llm=False), tenant=corpus
+    ).answer
     assert answer.short_answer and len(answer.short_answer.split()) <= 31
     assert answer.sentences and all(s["citations"] and s["supported"] for s in answer.sentences)
     assert any("nine to eleven minutes" in s["text"] for s in answer.sentences)
@@ -281,7 +292,9 @@ QWEN_QUESTIONS = [
 def test_the_real_qwen_model_gives_short_answers_and_cites_every_sentence(corpus, qwen_llm_url):
     llm = LLMClient("qwen2.5-1.5b", base_url=qwen_llm_url, api_key="local", timeout_s=600, retries=0)
     for question, expected, document in QWEN_QUESTIONS:
-        run = pipeline_answer(tenant=corpus, question=question, llm=llm, k=3, strategy="top_n", trace=False)
+        run = pipeline_answer(
+            AnswerRequest(question=question, k=3, strategy="top_n"), tenant=corpus, llm=llm, trace=False
+        )
         answer = run.answer
         assert answer.mode == "llm" and answer.found, (question, run.degraded_reason, answer.text)
         assert expected in (answer.short_answer + " " + answer.text).lower(), (question, answer.short_answer)

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from retrieval.request import AnswerRequest
 from retrieval.search import chunk_search
 from retrieval.stages.generate.citations import (
     CITED_THRESHOLD,
@@ -18,7 +19,7 @@ from retrieval.stages.pack import top_n
 @pytest.fixture
 def passages(corpus):
     """The pasta, bicycle and expenses passages, numbered 1..n by rank for the question."""
-    return top_n(chunk_search(tenant=corpus, query="how long do I boil spaghetti", k=3).results, n=3)
+    return top_n(chunk_search(AnswerRequest(question="how long do I boil spaghetti", k=3), tenant=corpus).results, n=3)
 
 
 def number_of(passages, document: str) -> int:

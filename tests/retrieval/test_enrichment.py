@@ -8,6 +8,7 @@ from knowledge.ingestion.readers import ReadDocument
 from knowledge.services import documents_ingest
 from retrieval.config import SearchConfig
 from retrieval.filters import RetrievalFilter
+from retrieval.request import AnswerRequest
 from retrieval.search import chunk_search
 from retrieval.stages.retrieve.enrichment import enrichment_bm25_search, fields_combine
 from tests.conftest import BIKE
@@ -30,7 +31,9 @@ def enriched(corpus):
 
 def lexical(tenant, query, weight, **kwargs):
     config = SearchConfig.for_tenant(tenant, enrichment_weight=weight)
-    return chunk_search(tenant=tenant, query=query, k=5, mode="lexical", config=config, **kwargs).results
+    return chunk_search(
+        AnswerRequest(question=query, k=5, mode="lexical", **kwargs), tenant=tenant, config=config
+    ).results
 
 
 def test_a_chunk_whose_questions_use_the_query_s_words_is_found_only_with_the_field_on(enriched):
@@ -136,4 +139,4 @@ def test_a_bad_enrichment_weight_is_a_clear_error(corpus, bad):
         SearchConfig.from_dict({"enrichment_weight": bad})
     corpus.retrieval_config = {"enrichment_weight": bad}
     with pytest.raises(InvalidInput):
-        chunk_search(tenant=corpus, query="pasta", k=3)
+        chunk_search(AnswerRequest(question="pasta", k=3), tenant=corpus)

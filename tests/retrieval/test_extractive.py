@@ -2,6 +2,7 @@
 
 import pytest
 
+from retrieval.request import AnswerRequest
 from retrieval.search import chunk_search
 from retrieval.stages.generate.extractive import (
     HEADLINE_MIN_CONFIDENCE,
@@ -29,7 +30,9 @@ SHIRLEY = passages_of(
 
 
 def test_the_extractive_answer_embeds_no_sentence_at_question_time(corpus, monkeypatch):
-    passages = top_n(chunk_search(tenant=corpus, query="How long should spaghetti cook?", k=3).results, n=3)
+    passages = top_n(
+        chunk_search(AnswerRequest(question="How long should spaghetti cook?", k=3), tenant=corpus).results, n=3
+    )
 
     def refuse(*args, **kwargs):
         raise AssertionError("embedded at question time")
@@ -120,7 +123,7 @@ def test_how_to_why_definition_and_yes_no_questions_get_no_typed_span(question):
     "question", ["How do I fix a flat bicycle tyre?", "Why does a bicycle tyre go flat?", "Explain fixing a tyre"]
 )
 def test_a_how_to_question_leads_with_the_best_passage_and_no_headline(corpus, question):
-    passages = top_n(chunk_search(tenant=corpus, query=question, k=3).results, n=3)
+    passages = top_n(chunk_search(AnswerRequest(question=question, k=3), tenant=corpus).results, n=3)
     answer = answer_extract(question, passages, embedder=corpus.embedder)
     assert question_kind(question) == "explain"
     assert answer.short_answer == ""
@@ -132,7 +135,7 @@ def test_a_how_to_question_leads_with_the_best_passage_and_no_headline(corpus, q
 
 def test_a_fact_question_with_a_confident_sentence_gets_a_headline_and_no_lead(corpus):
     question = "How long should spaghetti cook?"
-    passages = top_n(chunk_search(tenant=corpus, query=question, k=3).results, n=3)
+    passages = top_n(chunk_search(AnswerRequest(question=question, k=3), tenant=corpus).results, n=3)
     answer = answer_extract(question, passages, embedder=corpus.embedder)
     assert question_kind(question) == "fact"
     assert "nine to eleven minutes" in answer.short_answer

@@ -11,6 +11,7 @@ from core.errors import InvalidInput
 from knowledge.models.dedup import NearDuplicateMember
 from knowledge.services import documents_ingest
 from retrieval.pipeline import pipeline_answer, pipeline_spec
+from retrieval.request import AnswerRequest
 from retrieval.search import chunk_search
 from tests.api.conftest import client_for
 from tests.conftest import BIKE
@@ -25,7 +26,7 @@ def documents(results) -> list[str]:
 
 
 def test_search_keeps_only_the_newer_release_and_lists_the_older_as_near_duplicate(two_releases):  # noqa: F811
-    results = chunk_search(tenant=two_releases, query=QUESTION, k=5).results
+    results = chunk_search(AnswerRequest(question=QUESTION, k=5), tenant=two_releases).results
     found = documents(results)
     assert "5.2/ref/databases" in found and "4.2/ref/databases" not in found
     top = next(r for r in results if r.chunk.version.document.external_id == "5.2/ref/databases")
@@ -38,7 +39,7 @@ def test_search_keeps_only_the_newer_release_and_lists_the_older_as_near_duplica
 
 
 def test_collapse_off_per_request_keeps_both_releases(two_releases):  # noqa: F811
-    results = chunk_search(tenant=two_releases, query=QUESTION, k=5, options={"collapse": False}).results
+    results = chunk_search(AnswerRequest(question=QUESTION, k=5, collapse=False), tenant=two_releases).results
     assert {"5.2/ref/databases", "4.2/ref/databases"} <= set(documents(results))
 
 
@@ -46,9 +47,9 @@ def test_the_tenant_setting_turns_collapsing_off_and_a_request_turns_it_back_on(
     two_releases.retrieval_config = {"collapse_near_duplicates": False}
     two_releases.save(update_fields=["retrieval_config"])
     assert {"5.2/ref/databases", "4.2/ref/databases"} <= set(
-        documents(chunk_search(tenant=two_releases, query=QUESTION, k=5).results)
+        documents(chunk_search(AnswerRequest(question=QUESTION, k=5), tenant=two_releases).results)
     )
-    collapsed = chunk_search(tenant=two_releases, query=QUESTION, k=5, options={"collapse": True}).results
+    collapsed = chunk_search(AnswerRequest(question=QUESTION, k=5, collapse=True), tenant=two_releases).results
     assert "4.2/ref/databases" not in documents(collapsed)
 
 
@@ -60,16 +61,18 @@ def test_a_bad_collapse_setting_is_refused_by_name(tenant):
 
 
 def test_an_older_copy_is_replaced_by_the_newer_release_even_when_only_the_older_was_retrieved(two_releases):  # noqa: F811
-    kept = chunk_search(tenant=two_releases, query="PostgreSQL 12", k=1, mode="lexical", options={"collapse": False})
+    kept = chunk_search(
+        AnswerRequest(question="PostgreSQL 12", k=1, mode="lexical", collapse=False), tenant=two_releases
+    )
     assert documents(kept.results) == ["4.2/ref/databases"]  # only the old release says "12"
-    collapsed = chunk_search(tenant=two_releases, query="PostgreSQL 12", k=1, mode="lexical").results
+    collapsed = chunk_search(AnswerRequest(question="PostgreSQL 12", k=1, mode="lexical"), tenant=two_releases).results
     assert documents(collapsed) == ["5.2/ref/databases"]
     assert collapsed[0].components["near_duplicates"] == {"replaced_chunk_id": kept.results[0].chunk.pk}
 
 
 def test_a_source_filter_is_respected_when_collapsing(two_releases):  # noqa: F811
     old = two_releases.sources.get(name="django-4.2")
-    results = chunk_search(tenant=two_releases, query=QUESTION, k=5, source_ids=[old.pk]).results
+    results = chunk_search(AnswerRequest(question=QUESTION, k=5, source_ids=[old.pk]), tenant=two_releases).results
     assert "4.2/ref/databases" in documents(results) and "5.2/ref/databases" not in documents(results)
 
 
@@ -81,7 +84,7 @@ def test_an_exact_duplicate_is_one_result_shown_at_its_freshest_place_with_also_
     )
     copy = replace(BIKE, external_id="mirror/bike", published_at=datetime(2024, 1, 1, tzinfo=UTC))
     documents_ingest(tenant=tenant, source=mirror, documents=[copy])
-    results = chunk_search(tenant=tenant, query="patch the inner tube puncture", k=5).results
+    results = chunk_search(AnswerRequest(question="patch the inner tube puncture", k=5), tenant=tenant).results
     assert len(results) == 1
     data = results[0].as_dict()
     assert (data["document"], data["source"]) == ("mirror/bike", "mirror")
@@ -93,10 +96,10 @@ def test_a_duplicate_ingested_after_a_search_is_shown_by_the_next_search(tenant)
     first = SourceFactory(tenant=tenant, name="wiki")
     mirror = SourceFactory(tenant=tenant, name="mirror")
     documents_ingest(tenant=tenant, source=first, documents=[BIKE])
-    before = chunk_search(tenant=tenant, query="patch the inner tube puncture", k=5).results
+    before = chunk_search(AnswerRequest(question="patch the inner tube puncture", k=5), tenant=tenant).results
     assert before[0].as_dict()["also_in"] == []  # no duplicate yet (and the process remembers that)
     documents_ingest(tenant=tenant, source=mirror, documents=[replace(BIKE, external_id="mirror/bike")])
-    after = chunk_search(tenant=tenant, query="patch the inner tube puncture", k=5).results
+    after = chunk_search(AnswerRequest(question="patch the inner tube puncture", k=5), tenant=tenant).results
     assert len(after) == 1 and len(after[0].as_dict()["also_in"]) == 1
 
 
@@ -138,7 +141,7 @@ def test_the_ask_command_has_no_collapse(two_releases, capsys):  # noqa: F811
 
 
 def test_the_rerank_step_reports_what_it_collapsed(two_releases):  # noqa: F811
-    run = pipeline_answer(tenant=two_releases, question=QUESTION, use_llm=False, trace=False)
+    run = pipeline_answer(AnswerRequest(question=QUESTION, use_llm=False), tenant=two_releases, trace=False)
     step = next(s for s in run.steps if s.stage == "near_duplicates")
     assert step.summary["collapse"] is True and step.summary["clusters"] == 1
 
@@ -161,7 +164,9 @@ def test_the_admin_splits_a_cluster(two_releases, admin_client):  # noqa: F811
 
 
 def test_a_tenant_without_duplicates_runs_no_near_duplicates_step(corpus):
-    run = pipeline_answer(tenant=corpus, question="How long do I boil spaghetti?", use_llm=False, trace=False)
+    run = pipeline_answer(
+        AnswerRequest(question="How long do I boil spaghetti?", use_llm=False), tenant=corpus, trace=False
+    )
     assert "near_duplicates" not in [s.stage for s in run.steps]
 
 
@@ -174,7 +179,7 @@ def test_a_near_duplicate_the_asker_may_not_see_is_never_listed(two_releases):  
     access_rule_grant(tenant=two_releases, source=two_releases.sources.get(name="django-4.2"), group=group)
 
     def listed(user):
-        results = chunk_search(tenant=two_releases, query=QUESTION, k=5, user=user).results
+        results = chunk_search(AnswerRequest(question=QUESTION, k=5), tenant=two_releases, user=user).results
         top = next(r for r in results if r.chunk.version.document.external_id == "5.2/ref/databases")
         return [d["document"] for d in top.as_dict()["near_duplicates"] or []]
 
@@ -310,11 +315,11 @@ def test_collapsing_several_results_costs_one_nearest_chunk_query(three_releases
     from django.test.utils import CaptureQueriesContext
 
     question = "cache backends, sessions, sending email and signals"
-    kept = chunk_search(tenant=three_releases, query=question, k=10, options={"collapse": False}).results
+    kept = chunk_search(AnswerRequest(question=question, k=10, collapse=False), tenant=three_releases).results
     old = [r for r in kept if not r.chunk.version.document.external_id.startswith("5.2/")]
     assert len(old) >= 2
     with CaptureQueriesContext(connection) as queries:
-        collapsed = chunk_search(tenant=three_releases, query=question, k=10).results
+        collapsed = chunk_search(AnswerRequest(question=question, k=10), tenant=three_releases).results
     assert {r.chunk.version.document.external_id for r in collapsed} <= {"5.2/topics/guide", "howto/bike-tyre"}
     nearest = [q for q in queries.captured_queries if "DISTINCT ON (w.chunk_id)" in q["sql"]]
     assert len(nearest) == 1

@@ -1,15 +1,17 @@
-"""The LLM tokens quota: a tenant that used its tokens of the last 24 hours is answered without the LLM."""
+"""The LLM tokens quota at the answer pipeline: the day's tokens are the recorded LLM calls' (an
+answer's calls are recorded whether it is traced or not: ``tests/security/test_llm_quota.py``), and
+a tenant that used its tokens of the last 24 hours is answered without the LLM."""
 
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
-from core.models import TenantQuota
-from core.quotas import MB
+from knowledge.models import LLMUsage, TenantQuota
+from knowledge.quotas import MB, QuotaUsage, llm_tokens_used
 from retrieval.models import Trace
 from retrieval.pipeline import pipeline_answer
-from retrieval.quotas import QuotaUsage, llm_tokens_used, quota_usage
+from retrieval.request import AnswerRequest
 from tests.factories import TraceFactory
 from tests.retrieval.doubles import ScriptedLLM
 
@@ -22,27 +24,39 @@ def no_installation_limits(settings):
         setattr(settings, f"KB_QUOTA_{name}", None)
 
 
-def traced(tenant, *, tokens_in: int, tokens_out: int = 0, hours_ago: float = 1) -> Trace:
-    trace = TraceFactory(tenant=tenant, tokens_in=tokens_in, tokens_out=tokens_out)
-    Trace.objects.filter(pk=trace.pk).update(created_at=timezone.now() - timedelta(hours=hours_ago))
-    return trace
+def used(tenant, *, tokens_in: int, tokens_out: int = 0, hours_ago: float = 1) -> LLMUsage:
+    """One recorded LLM call of ``tenant``, made ``hours_ago`` hours ago."""
+    usage = LLMUsage.objects.create(tenant=tenant, purpose="answer", tokens_in=tokens_in, tokens_out=tokens_out)
+    LLMUsage.objects.filter(pk=usage.pk).update(created_at=timezone.now() - timedelta(hours=hours_ago))
+    return usage
 
 
-def test_the_tokens_of_the_last_24_hours_answers_are_counted_and_older_ones_are_not(corpus, other_tenant_corpus):
-    traced(corpus, tokens_in=700, tokens_out=50)
-    traced(corpus, tokens_in=200, tokens_out=50, hours_ago=23)
-    traced(corpus, tokens_in=10_000, hours_ago=25)
-    traced(other_tenant_corpus, tokens_in=10_000)
+def answer(tenant, llm, **kwargs):
+    return pipeline_answer(AnswerRequest(question=QUESTION), tenant=tenant, llm=llm, **kwargs)
+
+
+def test_the_tokens_of_the_last_24_hours_calls_are_counted_and_older_ones_are_not(corpus, other_tenant_corpus):
+    used(corpus, tokens_in=700, tokens_out=50)
+    used(corpus, tokens_in=200, tokens_out=50, hours_ago=23)
+    used(corpus, tokens_in=10_000, hours_ago=25)
+    used(other_tenant_corpus, tokens_in=10_000)
 
     assert llm_tokens_used(tenant=corpus) == 1000
 
 
+def test_traces_tokens_are_not_counted_twice(corpus):
+    TraceFactory(tenant=corpus, tokens_in=5_000, tokens_out=5_000)
+    used(corpus, tokens_in=300)
+
+    assert llm_tokens_used(tenant=corpus) == 300
+
+
 def test_an_answer_over_the_token_limit_is_extractive_degraded_and_gives_the_figures(corpus):
     TenantQuota.objects.create(tenant=corpus, max_llm_tokens_per_day=1000)
-    traced(corpus, tokens_in=900, tokens_out=150)
+    used(corpus, tokens_in=900, tokens_out=150)
     llm = ScriptedLLM(chat_reply="Boil it for nine to eleven minutes [1].")
 
-    run = pipeline_answer(tenant=corpus, question=QUESTION, llm=llm)
+    run = answer(corpus, llm, trace=True)
 
     assert llm.calls == []
     assert run.answer.mode == "extractive" and run.answer.citations
@@ -54,35 +68,22 @@ def test_an_answer_over_the_token_limit_is_extractive_degraded_and_gives_the_fig
     assert Trace.objects.get(pk=run.trace_id).error == run.degraded_reason
 
 
-def test_an_answer_under_the_token_limit_uses_the_llm_and_its_tokens_count_towards_the_next(corpus):
-    TenantQuota.objects.create(tenant=corpus, max_llm_tokens_per_day=1000)
-    traced(corpus, tokens_in=800)
-    llm = ScriptedLLM(chat_reply="Boil it for nine to eleven minutes [1].")
+def test_a_tenant_with_a_token_limit_is_not_traced_when_tracing_is_off(corpus, settings):
+    settings.KB_TRACING = False
+    TenantQuota.objects.create(tenant=corpus, max_llm_tokens_per_day=100_000)
+    llm = ScriptedLLM(chat_reply="Nine minutes [1].")
 
-    run = pipeline_answer(tenant=corpus, question=QUESTION, llm=llm)
+    run = answer(corpus, llm)
 
     assert llm.calls and not run.degraded
-    assert run.usage.tokens_in + run.usage.tokens_out > 0
-    assert llm_tokens_used(tenant=corpus) == 800 + run.usage.tokens_in + run.usage.tokens_out
-    assert quota_usage(tenant=corpus)["llm_tokens_per_day"].used == llm_tokens_used(tenant=corpus)
-
-
-def test_a_tenant_with_a_token_limit_is_traced_even_when_tracing_is_off(corpus, settings):
-    settings.KB_TRACING = False
-    untraced = pipeline_answer(tenant=corpus, question=QUESTION, llm=ScriptedLLM(chat_reply="Nine minutes [1]."))
-    TenantQuota.objects.create(tenant=corpus, max_llm_tokens_per_day=100_000)
-
-    metered = pipeline_answer(tenant=corpus, question=QUESTION, llm=ScriptedLLM(chat_reply="Nine minutes [1]."))
-
-    assert untraced.trace_id is None
-    assert metered.trace_id is not None and llm_tokens_used(tenant=corpus) > 0
+    assert run.trace_id is None and not Trace.objects.for_tenant(corpus).exists()
 
 
 def test_runs_without_a_trace_such_as_evaluations_are_limited_too_and_stay_untraced(corpus):
     TenantQuota.objects.create(tenant=corpus, max_llm_tokens_per_day=0)
     llm = ScriptedLLM(chat_reply="Boil it for nine to eleven minutes [1].")
 
-    run = pipeline_answer(tenant=corpus, question=QUESTION, llm=llm, trace=False)
+    run = answer(corpus, llm, trace=False)
 
     assert llm.calls == [] and run.answer.mode == "extractive" and run.trace_id is None
     assert run.degraded and run.degraded_reason.startswith("quota_exceeded: ")

@@ -13,6 +13,7 @@ from knowledge.models import Source
 from knowledge.services import documents_ingest
 from retrieval.filters import RetrievalFilter
 from retrieval.pipeline import pipeline_retrieve, pipeline_spec
+from retrieval.request import AnswerRequest
 from retrieval.search import chunk_search
 from retrieval.stages.rerank import diversity, recency
 from retrieval.state import RunState
@@ -65,7 +66,12 @@ def dated_corpus(tenant):
 
 def run_for(tenant, *, as_of=None, **settings):
     spec = pipeline_spec(tenant=tenant, name="simple").with_settings(**settings)
-    return RunState(tenant=tenant, spec=spec, where=RetrievalFilter.for_tenant(tenant, as_of=as_of))
+    return RunState(
+        AnswerRequest(question="ranking", k=10),
+        tenant=tenant,
+        spec=spec,
+        where=RetrievalFilter.for_tenant(tenant, as_of=as_of),
+    )
 
 
 def documents(results):
@@ -96,7 +102,9 @@ def test_reliability_scales_the_score_by_the_quality_weight():
 
 def test_each_result_is_rescored_from_its_versions_date_its_sources_half_life_and_reliability(dated_corpus):
     Source.objects.filter(tenant=dated_corpus, name="releases").update(reliability=0.8)
-    plain = pipeline_retrieve(tenant=dated_corpus, query=QUESTION, k=5, overrides={"recency": "off"}).results
+    plain = pipeline_retrieve(
+        AnswerRequest(question=QUESTION, k=5), tenant=dated_corpus, overrides={"recency": "off"}
+    ).results
     assert not any("recency" in r.components for r in plain)
     as_of = (timezone.now() - timedelta(days=365)).date()  # one year closer to the release
     run = run_for(dated_corpus, as_of=as_of, recency_floor=0.4)
@@ -121,7 +129,7 @@ def test_each_result_is_rescored_from_its_versions_date_its_sources_half_life_an
 
 def test_the_ingestion_time_dates_an_undated_version_when_the_tenant_asks_for_it(dated_corpus):
     Source.objects.filter(tenant=dated_corpus, name="ref").update(half_life_days=30.0)
-    results = chunk_search(tenant=dated_corpus, query=QUESTION, k=5).results
+    results = chunk_search(AnswerRequest(question=QUESTION, k=5), tenant=dated_corpus).results
     run = run_for(dated_corpus, recency_undated="ingested")
     results, _ = recency.rerank(run, results, k=5)
     reference = next(r for r in results if documents([r]) == ["ref/models/fields"]).components["recency"]
@@ -134,8 +142,10 @@ def test_the_ingestion_time_dates_an_undated_version_when_the_tenant_asks_for_it
 
 
 def test_recency_puts_the_current_reference_ahead_of_an_old_release_note(dated_corpus):
-    off = pipeline_retrieve(tenant=dated_corpus, query=QUESTION, pipeline="simple", overrides={"recency": "off"})
-    on = pipeline_retrieve(tenant=dated_corpus, query=QUESTION, pipeline="simple")
+    off = pipeline_retrieve(
+        AnswerRequest(question=QUESTION, pipeline="simple"), tenant=dated_corpus, overrides={"recency": "off"}
+    )
+    on = pipeline_retrieve(AnswerRequest(question=QUESTION, pipeline="simple"), tenant=dated_corpus)
     assert documents(off.results)[:2] == ["releases/3.2", "ref/models/fields"]
     assert documents(on.results)[:2] == ["ref/models/fields", "releases/3.2"]
     assert "recency" in [step.stage for step in on.steps]
@@ -146,7 +156,9 @@ def test_recency_puts_the_current_reference_ahead_of_an_old_release_note(dated_c
 
 
 def test_old_but_relevant_material_is_damped_never_erased(dated_corpus):
-    run = pipeline_retrieve(tenant=dated_corpus, query=QUESTION, pipeline="simple", overrides={"recency_floor": 0.0})
+    run = pipeline_retrieve(
+        AnswerRequest(question=QUESTION, pipeline="simple"), tenant=dated_corpus, overrides={"recency_floor": 0.0}
+    )
     release = next(r for r in run.results if documents([r]) == ["releases/3.2"])
     assert release.components["recency"]["factor"] < 0.05
 
@@ -154,7 +166,7 @@ def test_old_but_relevant_material_is_damped_never_erased(dated_corpus):
 def test_a_candidate_below_the_threshold_is_dropped(dated_corpus):
     Source.objects.filter(tenant=dated_corpus, name="releases").update(reliability=0.1)
     run = pipeline_retrieve(
-        tenant=dated_corpus, query=QUESTION, pipeline="simple", overrides={"recency_threshold": 0.2}
+        AnswerRequest(question=QUESTION, pipeline="simple"), tenant=dated_corpus, overrides={"recency_threshold": 0.2}
     )
     assert documents(run.results)[0] == "ref/models/fields"
     assert "releases/3.2" not in documents(run.results)
@@ -164,9 +176,9 @@ def test_a_candidate_below_the_threshold_is_dropped(dated_corpus):
 
 
 def test_an_undated_fully_reliable_corpus_ranks_exactly_as_without_the_stage(corpus):
-    on = pipeline_retrieve(tenant=corpus, query="fix a flat tyre", pipeline="simple", k=3)
+    on = pipeline_retrieve(AnswerRequest(question="fix a flat tyre", pipeline="simple", k=3), tenant=corpus)
     off = pipeline_retrieve(
-        tenant=corpus, query="fix a flat tyre", pipeline="simple", k=3, overrides={"recency": "off"}
+        AnswerRequest(question="fix a flat tyre", pipeline="simple", k=3), tenant=corpus, overrides={"recency": "off"}
     )
     assert [(r.chunk.pk, r.score) for r in on.results] == [(r.chunk.pk, r.score) for r in off.results]
     assert "recency" not in [step.stage for step in on.steps]
@@ -191,7 +203,7 @@ def test_a_tenant_default_half_life_dates_every_source_without_its_own(tenant):
     )
     tenant.retrieval_config = {"recency_half_life_days": 100.0}
     tenant.save(update_fields=["retrieval_config"])
-    results = chunk_search(tenant=tenant, query=QUESTION, k=2).results
+    results = chunk_search(AnswerRequest(question=QUESTION, k=2), tenant=tenant).results
     assert documents(results)[0] == "new"
     assert [r.components["recency"]["half_life_days"] for r in results] == [100.0, 100.0]
 
@@ -258,12 +270,10 @@ def crowded(tenant):
 
 def test_caps_keep_at_most_m_chunks_of_a_document_in_the_top_k_and_defer_the_rest(crowded):
     query = "patch a flat bicycle tyre inner tube"
-    off = pipeline_retrieve(tenant=crowded, query=query, pipeline="simple", k=6)
+    off = pipeline_retrieve(AnswerRequest(question=query, pipeline="simple", k=6), tenant=crowded)
     capped = pipeline_retrieve(
+        AnswerRequest(question=query, pipeline="simple", k=6),
         tenant=crowded,
-        query=query,
-        pipeline="simple",
-        k=6,
         overrides={"diversity": "caps", "diversity_per_document": 1},
     )
     assert documents(off.results).count("guide/tyres") >= 2
@@ -280,10 +290,8 @@ def test_caps_keep_at_most_m_chunks_of_a_document_in_the_top_k_and_defer_the_res
 
 def test_a_per_source_cap_lets_every_source_into_the_top(crowded):
     capped = pipeline_retrieve(
+        AnswerRequest(question="tyre section step of the tyre repair", pipeline="simple", k=4),
         tenant=crowded,
-        query="tyre section step of the tyre repair",
-        pipeline="simple",
-        k=4,
         overrides={"diversity": "caps", "diversity_per_document": 0, "diversity_per_source": 2},
     )
     sources = [r.chunk.version.document.source.name for r in capped.results]
@@ -292,9 +300,11 @@ def test_a_per_source_cap_lets_every_source_into_the_top(crowded):
 
 def test_mmr_with_a_low_lambda_prefers_a_different_chunk_to_a_near_copy_of_the_first(crowded):
     query = "patch a flat bicycle tyre inner tube"
-    relevance = pipeline_retrieve(tenant=crowded, query=query, pipeline="simple", k=8)
+    relevance = pipeline_retrieve(AnswerRequest(question=query, pipeline="simple", k=8), tenant=crowded)
     mmr = pipeline_retrieve(
-        tenant=crowded, query=query, pipeline="simple", k=8, overrides={"diversity": "mmr", "mmr_lambda": 0.3}
+        AnswerRequest(question=query, pipeline="simple", k=8),
+        tenant=crowded,
+        overrides={"diversity": "mmr", "mmr_lambda": 0.3},
     )
     # The three short notes say nearly the same thing and rank first; MMR keeps the best one and
     # then takes a guide chunk rather than a near-copy of it.
@@ -311,9 +321,11 @@ def test_mmr_with_a_low_lambda_prefers_a_different_chunk_to_a_near_copy_of_the_f
 
 def test_mmr_with_lambda_one_is_the_relevance_order(crowded):
     query = "patch a flat bicycle tyre inner tube"
-    relevance = pipeline_retrieve(tenant=crowded, query=query, pipeline="simple", k=8)
+    relevance = pipeline_retrieve(AnswerRequest(question=query, pipeline="simple", k=8), tenant=crowded)
     mmr = pipeline_retrieve(
-        tenant=crowded, query=query, pipeline="simple", k=8, overrides={"diversity": "mmr", "mmr_lambda": 1.0}
+        AnswerRequest(question=query, pipeline="simple", k=8),
+        tenant=crowded,
+        overrides={"diversity": "mmr", "mmr_lambda": 1.0},
     )
     assert [r.chunk.pk for r in mmr.results] == [r.chunk.pk for r in relevance.results]
 
@@ -321,7 +333,7 @@ def test_mmr_with_lambda_one_is_the_relevance_order(crowded):
 def test_diversity_is_off_by_default_and_caps_compute_on_real_results(crowded):
     run = run_for(crowded)
     assert not diversity.active(run)
-    results = chunk_search(tenant=crowded, query="patch a flat bicycle tyre", k=8).results
+    results = chunk_search(AnswerRequest(question="patch a flat bicycle tyre", k=8), tenant=crowded).results
     capped, deferred = diversity.results_cap(results, per_document=2, per_source=0)
     counts: dict = {}
     for r in capped[: len(capped) - deferred]:
@@ -369,10 +381,12 @@ def test_negative_citation_feedback_damps_its_source_when_the_tenant_turns_it_on
     for n, (source, rating) in enumerate([(forum, -1)] * 6 + [(wiki, 1)] * 6, 1):
         Feedback.objects.create(tenant=tenant, trace=trace, citation=n, source=source, rating=rating)
     question = "patch the puncture in the inner tube"
-    default = pipeline_retrieve(tenant=tenant, query=question, k=5).results
+    default = pipeline_retrieve(AnswerRequest(question=question, k=5), tenant=tenant).results
     assert all(r.components.get("recency", {}).get("feedback", 1.0) == 1.0 for r in default)
 
-    run = pipeline_retrieve(tenant=tenant, query=question, k=5, overrides={"source_feedback_weight": 1.0})
+    run = pipeline_retrieve(
+        AnswerRequest(question=question, k=5), tenant=tenant, overrides={"source_feedback_weight": 1.0}
+    )
     by_source = {r.chunk.version.document.source.name: r for r in run.results}
     damped, trusted = by_source["forum"].components["recency"], by_source["wiki"].components["recency"]
     assert damped["feedback_votes"] == [0, 6] and trusted["feedback_votes"] == [6, 0]

@@ -5,12 +5,13 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 from django.core.management import call_command
+from django.test import override_settings
 
 from core.errors import InvalidInput
 from retrieval.pipeline import PIPELINE_NAMES, PIPELINES, pipeline_retrieve, pipeline_spec
+from retrieval.request import AnswerRequest
 from retrieval.schema import PipelineSpec, setting_keys, settings_table, settings_validate
 from retrieval.stages.base import StageProtocol
-from retrieval.stages.rerank import SIGNAL_RERANKERS, reranker_register
 
 
 def test_the_committed_configuration_docs_are_the_schema_s_own_output():
@@ -63,18 +64,20 @@ def test_every_pipeline_is_a_row_of_stages_of_one_shape(tenant):
         assert pipeline_spec(tenant=tenant, name=name).name == name
 
 
-def test_a_reranker_registered_from_another_app_runs_in_the_chain_with_its_own_settings(corpus):
-    path = "tests.retrieval.reverse_reranker"
-    plain = pipeline_retrieve(tenant=corpus, query="fix a flat tyre", k=3)
+def test_a_reranker_another_app_names_in_the_settings_runs_in_the_chain_with_its_own_settings(corpus):
+    chain = list(settings.KB_SIGNAL_RERANKERS)
+    chain.insert(chain.index("retrieval.stages.rerank.diversity"), "tests.retrieval.reverse_reranker")
+    plain = pipeline_retrieve(AnswerRequest(question="fix a flat tyre", k=3), tenant=corpus)
     with pytest.raises(InvalidInput, match="reverse_top"):
         pipeline_spec(tenant=corpus, overrides={"reverse_top": 2})
-    reranker_register(path, before="retrieval.stages.rerank.diversity")
-    try:
-        run = pipeline_retrieve(tenant=corpus, query="fix a flat tyre", k=3, overrides={"reverse_top": 2})
+    with override_settings(KB_SIGNAL_RERANKERS=chain):
+        run = pipeline_retrieve(
+            AnswerRequest(question="fix a flat tyre", k=3), tenant=corpus, overrides={"reverse_top": 2}
+        )
         assert [s.stage for s in run.steps] == ["scope", "retrieve", "fuse", "reverse"]
         assert run.steps[-1].summary == {"reversed": 2}
         ids = [r.chunk.pk for r in plain.results]
         assert [r.chunk.pk for r in run.results] == [ids[1], ids[0], ids[2]]
         assert "reverse_top" in settings_table(PIPELINE_NAMES)
-    finally:
-        SIGNAL_RERANKERS.remove(path)
+    with pytest.raises(InvalidInput, match="reverse_top"):
+        pipeline_spec(tenant=corpus, overrides={"reverse_top": 2})

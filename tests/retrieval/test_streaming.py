@@ -8,6 +8,7 @@ import threading
 
 import pytest
 
+from retrieval.request import AnswerRequest
 from retrieval.streaming import answer_events, sse_frame
 from tests.retrieval.doubles import ScriptedLLM
 
@@ -43,7 +44,13 @@ def test_a_frame_is_one_event_line_and_one_data_line_even_for_multiline_text():
 def test_the_stream_is_the_runs_steps_then_tokens_then_the_presented_answer(corpus, written_style):
     llm = ScriptedLLM(chat_reply="Patch the inner tube [1].")
     frames = list(
-        answer_events(tenant=corpus, user=None, present=lambda a: {"text": a["answer"]}, question="flat tyre?", llm=llm)
+        answer_events(
+            AnswerRequest(question="flat tyre?"),
+            tenant=corpus,
+            user=None,
+            present=lambda a: {"text": a["answer"]},
+            llm=llm,
+        )
     )
     events = [parsed(frame) for frame in frames]
     assert [e for e, _ in events if e != "token"] == ["step"] * 5 + ["answer"]  # scope, retrieve, fuse, pack, generate
@@ -54,7 +61,13 @@ def test_the_stream_is_the_runs_steps_then_tokens_then_the_presented_answer(corp
 def test_a_quoted_answer_streams_its_short_answer_then_the_quoted_explanation(corpus):
     llm = ScriptedLLM(chat_reply="Patch the inner tube [1]")
     frames = list(
-        answer_events(tenant=corpus, user=None, present=lambda a: {"text": a["answer"]}, question="flat tyre?", llm=llm)
+        answer_events(
+            AnswerRequest(question="flat tyre?"),
+            tenant=corpus,
+            user=None,
+            present=lambda a: {"text": a["answer"]},
+            llm=llm,
+        )
     )
     events = [parsed(frame) for frame in frames]
     assert [e for e, _ in events] == ["step"] * 4 + ["short_answer", "token", "step", "answer"]
@@ -63,7 +76,7 @@ def test_a_quoted_answer_streams_its_short_answer_then_the_quoted_explanation(co
 
 
 def test_bad_options_become_an_error_event_not_an_exception(corpus):
-    frames = list(answer_events(tenant=corpus, user=None, question="flat tyre?", k=99, llm=None))
+    frames = list(answer_events(AnswerRequest(question="flat tyre?", k=99), tenant=corpus, user=None, llm=None))
     assert [parsed(frame) for frame in frames] == [
         ("error", {"error": {"code": "invalid_input", "message": "k must be between 1 and 20."}})
     ]
@@ -71,7 +84,7 @@ def test_bad_options_become_an_error_event_not_an_exception(corpus):
 
 def test_a_silent_run_sends_keep_alive_comments(corpus):
     llm = GatedLLM(chat_reply="Patch it [1].")
-    events = answer_events(tenant=corpus, user=None, question="flat tyre?", llm=llm, keepalive_s=0.05)
+    events = answer_events(AnswerRequest(question="flat tyre?"), tenant=corpus, user=None, llm=llm, keepalive_s=0.05)
     frames = []
     for frame in events:
         frames.append(frame)
@@ -85,7 +98,7 @@ def test_closing_the_stream_early_stops_the_run(corpus):
     from retrieval.models import Trace
 
     llm = GatedLLM(chat_reply="one two three four five six seven eight [1].")
-    events = answer_events(tenant=corpus, user=None, question="flat tyre?", llm=llm)
+    events = answer_events(AnswerRequest(question="flat tyre?"), tenant=corpus, user=None, llm=llm)
     assert parsed(next(events))[0] == "step"  # the run started
     workers = [t for t in threading.enumerate() if t.name == "answer-events"]
     events.close()  # the client went away
@@ -108,7 +121,9 @@ def test_the_real_local_llm_streams_its_answer_as_token_events(corpus, written_s
 
     llm = ShortLLM(MODEL_ALIAS, base_url=local_llm_url, api_key="local")
     question = "How long should spaghetti cook?"
-    frames = list(answer_events(tenant=corpus, user=None, question=question, llm=llm, k=1, strategy="top_n"))
+    frames = list(
+        answer_events(AnswerRequest(question=question, k=1, strategy="top_n"), tenant=corpus, user=None, llm=llm)
+    )
     events = [parsed(frame) for frame in frames if not frame.startswith(":")]
     kinds = [event for event, _ in events]
     assert kinds[-1] == "answer" and kinds.count("token") > 1, kinds

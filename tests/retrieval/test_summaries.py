@@ -14,6 +14,7 @@ from knowledge.services import documents_ingest
 from knowledge.summaries.services import summaries_refresh
 from quality.services.runs import _judged_ranking
 from retrieval.pipeline import pipeline_answer
+from retrieval.request import AnswerRequest
 from retrieval.search import chunk_search
 from tests.api.conftest import client_for
 from tests.conftest import BIKE, PASTA, TAXES
@@ -52,25 +53,26 @@ def kinds(results):
 
 
 def test_a_summary_competes_in_search_and_says_it_is_a_summary(summarized):
-    results = chunk_search(tenant=summarized, query="zanzibar", mode="lexical").results
+    results = chunk_search(AnswerRequest(question="zanzibar", mode="lexical"), tenant=summarized).results
     top = results[0].as_dict()
     assert top["kind"] == "summary" and top["document"] == "recipes/pasta"
     assert top["text"] == SUMMARIES["Cooking pasta"]
-    dense = chunk_search(tenant=summarized, query=SUMMARIES["Expense reports"], mode="dense").results
+    dense = chunk_search(AnswerRequest(question=SUMMARIES["Expense reports"], mode="dense"), tenant=summarized).results
     assert dense[0].as_dict()["kind"] == "summary" and dense[0].as_dict()["document"] == "finance/expenses"
 
 
 @pytest.mark.parametrize("mode", ["lexical", "dense", "hybrid"])
 def test_the_request_switch_keeps_summaries_out_in_every_mode(summarized, mode):
     query = SUMMARIES["Cooking pasta"]
-    assert "summary" in kinds(chunk_search(tenant=summarized, query=query, mode=mode, k=20).results)
-    without = chunk_search(tenant=summarized, query=query, mode=mode, k=20, options={"summaries": False}).results
+    assert "summary" in kinds(chunk_search(AnswerRequest(question=query, mode=mode, k=20), tenant=summarized).results)
+    without = chunk_search(AnswerRequest(question=query, mode=mode, k=20, summaries=False), tenant=summarized).results
     assert without and set(kinds(without)) == {"body"}
 
 
 def test_keeping_summaries_out_also_holds_with_a_source_filter(summarized, source):
     results = chunk_search(
-        tenant=summarized, query="zanzibar boil", mode="lexical", source_ids=[source.pk], options={"summaries": False}
+        AnswerRequest(question="zanzibar boil", mode="lexical", source_ids=[source.pk], summaries=False),
+        tenant=summarized,
     ).results
     assert results and set(kinds(results)) == {"body"}
 
@@ -78,8 +80,10 @@ def test_keeping_summaries_out_also_holds_with_a_source_filter(summarized, sourc
 def test_a_tenant_can_keep_summaries_out_and_a_request_can_bring_them_back(summarized):
     summarized.retrieval_config = {"include_summaries": False}
     summarized.save()
-    assert "summary" not in kinds(chunk_search(tenant=summarized, query="zanzibar", mode="lexical").results)
-    back = chunk_search(tenant=summarized, query="zanzibar", mode="lexical", options={"summaries": True}).results
+    assert "summary" not in kinds(
+        chunk_search(AnswerRequest(question="zanzibar", mode="lexical"), tenant=summarized).results
+    )
+    back = chunk_search(AnswerRequest(question="zanzibar", mode="lexical", summaries=True), tenant=summarized).results
     assert kinds(back)[0] == "summary"
 
 
@@ -87,21 +91,27 @@ def test_a_bad_summaries_option_is_a_clear_error(summarized):
     from core.errors import InvalidInput
 
     with pytest.raises(InvalidInput, match="summaries"):
-        chunk_search(tenant=summarized, query="pasta", options={"summaries": "no"})
+        chunk_search(AnswerRequest(question="pasta", summaries="no"), tenant=summarized)
 
 
 def test_another_tenants_summary_is_never_found(summarized):
     other = TenantFactory(slug="other-summaries")
     summarize(other, SourceFactory(tenant=other, name="secret"))
     for mode in ("lexical", "dense", "hybrid"):
-        results = chunk_search(tenant=summarized, query="zanzibar kitchen guide", mode=mode, k=50).results
+        results = chunk_search(
+            AnswerRequest(question="zanzibar kitchen guide", mode=mode, k=50), tenant=summarized
+        ).results
         assert {r.chunk.tenant_id for r in results} == {summarized.pk}
 
 
 def test_an_answer_cites_a_summary_as_one_passage_and_the_portal_shows_summary_of(summarized):
     llm = ScriptedLLM(chat_reply="Use a large pot of salted water [1].")
     run = pipeline_answer(
-        tenant=summarized, question="zanzibar", llm=llm, overrides={"mode": "lexical"}, strategy="window", trace=False
+        AnswerRequest(question="zanzibar", strategy="window"),
+        tenant=summarized,
+        llm=llm,
+        overrides={"mode": "lexical"},
+        trace=False,
     )
     cited = run.answer.as_dict()["citations"][0]
     assert cited["kind"] == "summary" and cited["document"] == "recipes/pasta"
@@ -130,7 +140,9 @@ def test_the_search_api_says_which_results_are_summaries_and_takes_the_switch(su
 
 
 def test_evaluation_ranks_a_summary_as_its_document_and_never_as_a_judged_passage(summarized):
-    results = chunk_search(tenant=summarized, query="zanzibar rolling boil", mode="lexical", k=10).results
+    results = chunk_search(
+        AnswerRequest(question="zanzibar rolling boil", mode="lexical", k=10), tenant=summarized
+    ).results
     assert kinds(results)[0] == "summary"
     ranking, grades, _ = _judged_ranking(results, [{"document": "recipes/pasta", "grade": 1}], {})
     assert ranking[0] == "recipes/pasta"
@@ -151,10 +163,12 @@ def test_a_restricted_documents_summary_never_reaches_an_outsider_with_or_withou
     for switch in (None, False):
         for mode in ("lexical", "dense", "hybrid"):
             results = chunk_search(
-                tenant=summarized, query="zanzibar kitchen guide", mode=mode, user=member, options={"summaries": switch}
+                AnswerRequest(question="zanzibar kitchen guide", mode=mode, summaries=switch),
+                tenant=summarized,
+                user=member,
             ).results
             assert "recipes/pasta" not in {r.as_dict()["document"] for r in results}
             if switch is False:
                 assert set(kinds(results)) <= {"body"}
-    seen = chunk_search(tenant=summarized, query="zanzibar", mode="lexical", user=insider).results
+    seen = chunk_search(AnswerRequest(question="zanzibar", mode="lexical"), tenant=summarized, user=insider).results
     assert kinds(seen)[0] == "summary"

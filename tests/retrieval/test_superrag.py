@@ -8,6 +8,7 @@ from knowledge.ingestion.readers import ReadDocument
 from knowledge.services import documents_ingest
 from llm import LLMBadOutput, LLMClient, LLMTimeout, LLMUnavailable
 from retrieval.pipeline import pipeline_answer, pipeline_retrieve, pipeline_spec
+from retrieval.request import AnswerRequest
 from retrieval.stages.generate.cited import NOT_FOUND
 from retrieval.stages.generate.extractive import DEGRADED_LABEL
 from retrieval.stages.rerank.llm_scoring import (
@@ -39,7 +40,7 @@ def grades(by_title: dict[str, dict], default: dict | None = None):
 
 
 def candidates(tenant, question=QUESTION):
-    return pipeline_retrieve(tenant=tenant, query=question, k=3, use_llm=False).results
+    return pipeline_retrieve(AnswerRequest(question=question, k=3, use_llm=False), tenant=tenant).results
 
 
 def stages(run):
@@ -77,7 +78,7 @@ def test_an_invented_quotation_is_dropped_and_the_passage_keeps_the_documents_wo
         chat_reply="Patch the inner tube [1].",
     )
     run = pipeline_answer(
-        tenant=corpus, question=QUESTION, pipeline="superrag", llm=llm, overrides=ONE_BY_ONE, trace=False
+        AnswerRequest(question=QUESTION, pipeline="superrag"), tenant=corpus, llm=llm, overrides=ONE_BY_ONE, trace=False
     )
     score = run.steps[stages(run).index("llm_score")]
     bike = next(c for c in run.answer.citations if c.passage.document.external_id == "howto/bike-tyre")
@@ -103,7 +104,7 @@ def test_superrag_answers_from_the_kept_relevant_texts_with_citations_to_their_c
         chat_reply="Patch the hole with glue and a rubber patch [1].",
     )
     run = pipeline_answer(
-        tenant=corpus, question=QUESTION, pipeline="superrag", llm=llm, overrides=ONE_BY_ONE, trace=False
+        AnswerRequest(question=QUESTION, pipeline="superrag"), tenant=corpus, llm=llm, overrides=ONE_BY_ONE, trace=False
     )
     assert stages(run) == ["scope", "retrieve", "fuse", "llm_score", "pack", "generate"]
     score = run.steps[3].summary
@@ -129,17 +130,15 @@ def test_when_no_candidate_reaches_the_threshold_the_answer_names_the_sources_se
     )
     llm = ScriptedLLM(structured_reply={"confidence": 2, "relevant_text": ""}, chat_reply="unused")
     run = pipeline_answer(
-        tenant=corpus, question=QUESTION, pipeline="superrag", llm=llm, overrides=ONE_BY_ONE, trace=False
+        AnswerRequest(question=QUESTION, pipeline="superrag"), tenant=corpus, llm=llm, overrides=ONE_BY_ONE, trace=False
     )
     assert not run.answer.found and run.answer.citations == []
     assert run.answer.text == f"{NOT_FOUND} Sources searched: garage, handbook."
     assert all(method == "structured" for method, _ in llm.calls)  # no answer call without passages
     filtered = pipeline_answer(
+        AnswerRequest(question=QUESTION, pipeline="superrag", source_ids=[garage.pk]),
         tenant=corpus,
-        question=QUESTION,
-        pipeline="superrag",
         llm=llm,
-        source_ids=[garage.pk],
         overrides=ONE_BY_ONE,
         trace=False,
     )
@@ -153,7 +152,9 @@ def test_without_an_llm_fused_scores_and_best_sentences_stand_in_and_the_step_sa
     assert all(c.scored_by == "fused" and c.relevant_text in c.chunk.text for c in scored)
     assert scored[0].relevant_text and scored[0].relevant_text != scored[0].chunk.text.strip()  # one sentence
 
-    run = pipeline_answer(tenant=corpus, question=QUESTION, pipeline="superrag", use_llm=False, trace=False)
+    run = pipeline_answer(
+        AnswerRequest(question=QUESTION, pipeline="superrag", use_llm=False), tenant=corpus, trace=False
+    )
     assert stages(run) == ["scope", "retrieve", "fuse", "llm_score", "pack", "generate"]
     assert run.steps[3].summary["mode"].startswith("no LLM: ")
     assert run.answer.mode == "extractive" and not run.degraded and run.usage.llm_calls == 0
@@ -166,7 +167,9 @@ def test_an_llm_failure_mid_scoring_still_answers_degraded_from_what_was_gathere
         structured_reply=grades({"Fixing": {"confidence": 9, "relevant_text": QUOTE}}, default=failure),
         chat_reply="unused",
     )
-    run = pipeline_answer(tenant=corpus, question=QUESTION, pipeline="superrag", llm=llm, overrides=ONE_BY_ONE)
+    run = pipeline_answer(
+        AnswerRequest(question=QUESTION, pipeline="superrag"), tenant=corpus, llm=llm, overrides=ONE_BY_ONE
+    )
     assert [method for method, _ in llm.calls] == ["structured", "structured"]  # the third was skipped
     score = run.steps[3]
     assert run.degraded and run.degraded_reason.startswith(f"llm_score: {failure}")
@@ -183,7 +186,7 @@ def test_a_malformed_grading_keeps_the_fused_score_and_the_llm_still_answers(cor
         chat_reply="Patch the hole [1].",
     )
     run = pipeline_answer(
-        tenant=corpus, question=QUESTION, pipeline="superrag", llm=llm, overrides=ONE_BY_ONE, trace=False
+        AnswerRequest(question=QUESTION, pipeline="superrag"), tenant=corpus, llm=llm, overrides=ONE_BY_ONE, trace=False
     )
     assert len(llm.calls) == 4 and run.degraded  # every candidate was tried, then the answer
     assert run.answer.mode == "llm" and run.answer.citations
@@ -208,9 +211,8 @@ def test_superrag_runs_end_to_end_with_the_real_local_llm(corpus, local_llm_url)
 
     llm = LLMClient(MODEL_ALIAS, base_url=local_llm_url, api_key="local", concurrency=2, timeout_s=600)
     run = pipeline_answer(
+        AnswerRequest(question=QUESTION, pipeline="superrag"),
         tenant=corpus,
-        question=QUESTION,
-        pipeline="superrag",
         llm=llm,
         overrides={"superrag_candidates": 2, "superrag_threshold": 0.0, "superrag_batch": 2},
     )
@@ -229,6 +231,7 @@ def test_superrag_runs_end_to_end_with_the_real_local_llm(corpus, local_llm_url)
 
 def test_superrag_retrieval_ranks_by_the_llm_grades_for_evaluation_runs(corpus):
     from retrieval.pipeline import pipeline_retrieve
+    from retrieval.request import AnswerRequest
 
     def grade(messages):
         if "expense reports" in messages[-1]["content"].lower():
@@ -236,8 +239,10 @@ def test_superrag_retrieval_ranks_by_the_llm_grades_for_evaluation_runs(corpus):
         return {"confidence": 1, "relevant_text": ""}
 
     llm = ScriptedLLM(structured_reply=grade)
-    plain = pipeline_retrieve(tenant=corpus, query="pasta", pipeline="simple", k=3)
-    graded = pipeline_retrieve(tenant=corpus, query="pasta", pipeline="superrag", k=3, llm=llm, overrides=ONE_BY_ONE)
+    plain = pipeline_retrieve(AnswerRequest(question="pasta", pipeline="simple", k=3), tenant=corpus)
+    graded = pipeline_retrieve(
+        AnswerRequest(question="pasta", pipeline="superrag", k=3), tenant=corpus, llm=llm, overrides=ONE_BY_ONE
+    )
     assert plain.results[0].chunk.version.document.external_id == "recipes/pasta"
     assert graded.results[0].chunk.version.document.external_id == "finance/expenses"
     assert graded.results[0].score == 1.0 and [r.rank for r in graded.results] == [1, 2, 3]
@@ -263,7 +268,11 @@ def test_one_call_grades_a_batch_of_candidates_and_the_kept_passage_is_the_whole
         answer_reply={"short_answer": "Patch it", "answer": "Patch the hole [1]."},
     )
     run = pipeline_answer(
-        tenant=corpus, question=QUESTION, pipeline="superrag", llm=llm, overrides={"superrag_batch": 10}, trace=False
+        AnswerRequest(question=QUESTION, pipeline="superrag"),
+        tenant=corpus,
+        llm=llm,
+        overrides={"superrag_batch": 10},
+        trace=False,
     )
     gradings = [
         messages for method, messages in llm.calls if method == "structured" and "grades" in messages[0]["content"]

@@ -7,6 +7,7 @@ from core.errors import InvalidInput
 from knowledge.ingestion.readers import ReadDocument
 from knowledge.services import documents_ingest
 from retrieval.pipeline import pipeline_answer, pipeline_spec
+from retrieval.request import AnswerRequest
 from retrieval.stages.themes import themes_group
 
 # Three themes about "bicycle maintenance"; the tyre theme has many near-identical documents,
@@ -48,12 +49,10 @@ def packed_documents(run):
 
 def test_themes_pack_every_theme_of_a_broad_question_first(broad_corpus):
     question = "What does bicycle maintenance involve?"
-    plain = pipeline_answer(tenant=broad_corpus, question=question, use_llm=False, k=3, trace=False)
+    plain = pipeline_answer(AnswerRequest(question=question, use_llm=False, k=3), tenant=broad_corpus, trace=False)
     themed = pipeline_answer(
+        AnswerRequest(question=question, use_llm=False, k=3),
         tenant=broad_corpus,
-        question=question,
-        use_llm=False,
-        k=3,
         trace=False,
         overrides={"themes": "on", "themes_threshold": 0.0},
     )
@@ -68,10 +67,8 @@ def test_themes_pack_every_theme_of_a_broad_question_first(broad_corpus):
 
 def test_themes_change_nothing_when_no_more_candidates_pass_than_the_context_holds(broad_corpus):
     run = pipeline_answer(
+        AnswerRequest(question="How do I oil a bicycle chain?", use_llm=False, k=3),
         tenant=broad_corpus,
-        question="How do I oil a bicycle chain?",
-        use_llm=False,
-        k=3,
         trace=False,
         overrides={"themes": "on", "themes_threshold": 0.99},
     )

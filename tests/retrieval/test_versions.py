@@ -9,6 +9,7 @@ from knowledge.ingestion.readers import ReadDocument
 from knowledge.services import documents_ingest
 from retrieval.filters import RetrievalFilter
 from retrieval.pipeline import pipeline_answer
+from retrieval.request import AnswerRequest
 from retrieval.search import chunk_search
 from retrieval.stages.retrieve.lexical import bm25_search
 from tests.factories import SourceFactory
@@ -40,7 +41,9 @@ def texts(response):
 
 @pytest.mark.parametrize("mode", ["hybrid", "lexical", "dense"])
 def test_default_search_sees_only_the_current_version(versioned, mode):
-    response = chunk_search(tenant=versioned, query="Which PostgreSQL versions are supported?", k=10, mode=mode)
+    response = chunk_search(
+        AnswerRequest(question="Which PostgreSQL versions are supported?", k=10, mode=mode), tenant=versioned
+    )
 
     assert [r.chunk.version.number for r in response.results] == [2]
     assert "PostgreSQL 14" in texts(response)[0]
@@ -49,7 +52,8 @@ def test_default_search_sees_only_the_current_version(versioned, mode):
 @pytest.mark.parametrize("mode", ["hybrid", "lexical", "dense"])
 def test_as_of_a_date_between_versions_sees_the_older_version(versioned, mode):
     response = chunk_search(
-        tenant=versioned, query="Which PostgreSQL versions are supported?", k=10, mode=mode, as_of=BETWEEN
+        AnswerRequest(question="Which PostgreSQL versions are supported?", k=10, mode=mode, as_of=BETWEEN),
+        tenant=versioned,
     )
 
     assert [r.chunk.version.number for r in response.results] == [1]
@@ -59,21 +63,28 @@ def test_as_of_a_date_between_versions_sees_the_older_version(versioned, mode):
 
 
 def test_as_of_the_new_versions_release_day_sees_the_new_version(versioned):
-    response = chunk_search(tenant=versioned, query="PostgreSQL versions", k=10, as_of=date(2025, 4, 2))
+    response = chunk_search(
+        AnswerRequest(question="PostgreSQL versions", k=10, as_of=date(2025, 4, 2)), tenant=versioned
+    )
 
     assert [r.chunk.version.number for r in response.results] == [2]
 
 
 def test_as_of_before_a_document_existed_finds_nothing_of_it(versioned):
-    assert chunk_search(tenant=versioned, query="PostgreSQL versions", k=10, as_of=date(2020, 1, 1)).results == []
+    assert (
+        chunk_search(
+            AnswerRequest(question="PostgreSQL versions", k=10, as_of=date(2020, 1, 1)), tenant=versioned
+        ).results
+        == []
+    )
 
 
 def test_undated_versions_count_from_their_ingestion_time(tenant, source):
     documents_ingest(tenant=tenant, source=source, documents=[replace(OLD, published_at=None)])
 
-    assert chunk_search(tenant=tenant, query="PostgreSQL", k=5, as_of=date(2020, 1, 1)).results == []
+    assert chunk_search(AnswerRequest(question="PostgreSQL", k=5, as_of=date(2020, 1, 1)), tenant=tenant).results == []
     today = datetime.now(UTC).date()
-    assert len(chunk_search(tenant=tenant, query="PostgreSQL", k=5, as_of=today).results) == 1
+    assert len(chunk_search(AnswerRequest(question="PostgreSQL", k=5, as_of=today), tenant=tenant).results) == 1
 
 
 def test_as_of_combines_with_a_source_filter(versioned):
@@ -91,7 +102,8 @@ def test_as_of_combines_with_a_source_filter(versioned):
         ],
     )
     response = chunk_search(
-        tenant=versioned, query="PostgreSQL", k=10, as_of=BETWEEN, source_ids=[other.pk], mode="lexical"
+        AnswerRequest(question="PostgreSQL", k=10, as_of=BETWEEN, source_ids=[other.pk], mode="lexical"),
+        tenant=versioned,
     )
 
     assert [r.chunk.version.document.external_id for r in response.results] == ["blog/pg"]
@@ -100,7 +112,7 @@ def test_as_of_combines_with_a_source_filter(versioned):
 def test_as_of_never_reaches_another_tenants_versions(versioned, other_tenant_corpus):
     documents_ingest(tenant=other_tenant_corpus, source=other_tenant_corpus.sources.get(), documents=[OLD])
 
-    response = chunk_search(tenant=versioned, query="PostgreSQL", k=20, as_of=BETWEEN)
+    response = chunk_search(AnswerRequest(question="PostgreSQL", k=20, as_of=BETWEEN), tenant=versioned)
 
     assert {r.chunk.tenant_id for r in response.results} == {versioned.pk}
 
@@ -119,7 +131,8 @@ def test_default_bm25_scores_equal_those_of_a_corpus_holding_only_the_current_ve
 
 def test_an_answer_as_of_a_date_cites_the_older_version_with_its_date(versioned):
     run = pipeline_answer(
-        tenant=versioned, question="Which PostgreSQL versions are supported?", use_llm=False, as_of=BETWEEN
+        AnswerRequest(question="Which PostgreSQL versions are supported?", use_llm=False, as_of=BETWEEN),
+        tenant=versioned,
     )
 
     assert "PostgreSQL 12" in run.answer.text
@@ -133,12 +146,9 @@ def test_the_real_local_llm_answers_as_of_a_date_from_the_older_version(versione
 
     llm = LLMClient(MODEL_ALIAS, base_url=local_llm_url, api_key="local", timeout_s=600)
     run = pipeline_answer(
+        AnswerRequest(question="Which PostgreSQL versions does Django support?", k=1, strategy="top_n", as_of=BETWEEN),
         tenant=versioned,
-        question="Which PostgreSQL versions does Django support?",
         llm=llm,
-        k=1,
-        strategy="top_n",
-        as_of=BETWEEN,
     )
 
     assert run.answer.mode == "llm", run.degraded_reason

@@ -10,8 +10,9 @@ from knowledge.models import Chunk
 from knowledge.services import documents_ingest
 from llm import LLMClient, LLMTimeout
 from retrieval.pipeline import pipeline_answer, pipeline_spec
-from retrieval.stages.generate.walking import FACTS_SCHEMA, Fact, facts_extract
+from retrieval.request import AnswerRequest
 from retrieval.types import Passage
+from retrieval.walks.extraction import FACTS_SCHEMA, Fact, facts_extract
 from tests.retrieval.doubles import ScriptedLLM
 
 TRAVEL = ReadDocument(
@@ -47,16 +48,14 @@ def chunk_of(tenant, external_id):
     return Chunk.objects.for_tenant(tenant).get(version__document__external_id=external_id, version__is_current=True)
 
 
-def walk(tenant, llm, *, rounds=3, k=1, trace=False, overrides=None, **kwargs):
+def walk(tenant, llm, *, rounds=3, k=1, trace=False, overrides=None, use_llm=True, **kwargs):
     """A WalkingRAG answer to ``QUESTION`` reading ``k`` chunks per query, at most ``rounds`` rounds,
     written from the facts, without the entity hop (unless ``overrides`` says otherwise)."""
     overrides = overrides or {}
     return pipeline_answer(
+        AnswerRequest(question=QUESTION, pipeline="walkingrag", k=k, use_llm=use_llm),
         tenant=tenant,
-        question=QUESTION,
-        pipeline="walkingrag",
         llm=llm,
-        k=k,
         overrides={"walk_max_rounds": rounds, "walk_answer_from": "facts", "walk_entity_hop": 0, **overrides},
         trace=trace,
         **kwargs,
@@ -320,11 +319,9 @@ def test_the_real_local_llm_walks_one_round_and_answers_with_citations_to_chunks
 
     llm = LLMClient(MODEL_ALIAS, base_url=local_llm_url, api_key="local", timeout_s=600)
     run = pipeline_answer(
+        AnswerRequest(question=QUESTION, pipeline="walkingrag", k=2),
         tenant=walk_corpus,
-        question=QUESTION,
-        pipeline="walkingrag",
         llm=llm,
-        k=2,
         overrides={"walk_max_rounds": 1},
     )
 

@@ -58,6 +58,7 @@ from quality.models import ConfigChange
 from retrieval.filters import RetrievalFilter
 from retrieval.models import Trace
 from retrieval.pipeline import pipeline_answer
+from retrieval.request import AnswerRequest
 from retrieval.walks.models import Walk
 from tests.acl_world import attached_document, markers, synced_documents, tenant_world
 from tests.api.conftest import client_for
@@ -150,11 +151,9 @@ def worlds(db, tmp_path, monkeypatch):
         # The owner (who reads every document) walks once: facts from every document, kept as memory,
         # and a walk only its asker may read or steer.
         pipeline_answer(
+            AnswerRequest(question=QUESTIONS[0], pipeline="walkingrag", k=3),
             tenant=world.tenant,
-            question=QUESTIONS[0],
-            pipeline="walkingrag",
             llm=ScriptedLLM(structured_reply=_facts_of_every_passage, chat_reply="Patch the tube [1]."),
-            k=3,
             user=world.users["owner"],
             overrides={"walk_entity_hop": 0, "walk_facts_from": 3},
         )

@@ -6,7 +6,8 @@ through the real ``LLMClient``: the client is where every call is checked and co
 0-token daily limit the quality gate behind ``POST /api/v1/settings/retrieval/``, an evaluation
 with answers and judgment-list generation send no request at all (they degrade to their LLM-free
 counterparts, or are refused with ``quota_exceeded``); under a limit they do call the LLM, and
-every call's tokens count towards the tenant's usage.
+every call's tokens count towards the tenant's usage: one ``LLMUsage`` row per call, an answer's
+whether it is traced or not.
 """
 
 from __future__ import annotations
@@ -16,17 +17,18 @@ import json
 import pytest
 from rest_framework.test import APIClient
 
-from core.models import Membership, TenantQuota
-from core.quotas import QuotaExceeded
+from core.models import Membership
 from knowledge.ingestion.readers import ReadDocument
+from knowledge.models import LLMUsage, TenantQuota
+from knowledge.quotas import QuotaExceeded, llm_tokens_used, quota_usage
 from knowledge.services import documents_ingest
 from llm import LLMClient, LLMQuotaExceeded, circuit_reset, configured_llm, llm_metered
 from quality.models import ConfigChange, EvaluationRun, JudgmentGeneration
 from quality.services import judgment_list_import
 from quality.services.generation import judgment_generation_start, judgment_list_generate
 from quality.services.runs import judgment_list_evaluate
-from retrieval.models import LLMUsage
-from retrieval.quotas import llm_tokens_used, quota_usage
+from retrieval.pipeline import pipeline_answer
+from retrieval.request import AnswerRequest
 from tests.factories import MembershipFactory, SourceFactory
 from tests.llm.test_client import FakeEndpoint, Reply, completion
 
@@ -144,6 +146,22 @@ def test_a_metered_call_under_the_limit_is_counted_for_its_tenant_also_from_a_ma
     assert llm_tokens_used(tenant=tenant) == 2 * TOKENS_PER_CALL
     assert llm_tokens_used(tenant=other_tenant_corpus) == 0
     assert set(LLMUsage.objects.for_tenant(tenant).values_list("purpose", flat=True)) == {"summaries"}
+
+
+# --- Answers ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tracing", [True, False])
+def test_an_answers_llm_calls_are_recorded_once_as_answer_usage_traced_or_not(judged, endpoint, settings, tracing):
+    settings.KB_TRACING = tracing
+    _limit(judged, 100_000)
+
+    run = pipeline_answer(AnswerRequest(question="How long do I boil spaghetti?", pipeline="simple"), tenant=judged)
+
+    assert (run.trace_id is not None) is tracing
+    assert endpoint.requests and not run.degraded
+    assert llm_tokens_used(tenant=judged) == len(endpoint.requests) * TOKENS_PER_CALL
+    assert set(LLMUsage.objects.for_tenant(judged).values_list("purpose", flat=True)) == {"answer"}
 
 
 # --- The quality gate ---------------------------------------------------------------------------

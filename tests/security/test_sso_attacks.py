@@ -29,7 +29,7 @@ from django.core.cache import caches
 from core import memberships
 from core.models import AuditEvent, Membership
 from core.rls import rls_bypass
-from sso import providers as sso_providers
+from sso import fetches as sso_fetches
 from sso import services as sso_services
 from sso.models import Identity
 from sso.providers import metadata_forget, metadata_get, tenant_provider
@@ -328,7 +328,7 @@ def test_a_gzip_bomb_as_the_providers_discovery_document_or_keys_is_refused_afte
         site.pages[DISCOVERY] = Response(200, json.dumps(discovery(issuer)), {"Content-Type": "application/json"})
         site.pages["/jwks"] = Response(200, bomb, GZIP_JSON)
     if guard == "off":
-        monkeypatch.setattr(sso_providers, "_decoded_cap", lambda adapter_class, budget: adapter_class)
+        monkeypatch.setattr(sso_fetches, "_decoded_cap", lambda adapter_class, budget: adapter_class)
 
     response, peak_mb = started_measured(client, site)
 

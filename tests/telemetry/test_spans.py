@@ -12,6 +12,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from retrieval.pipeline import pipeline_answer
+from retrieval.request import AnswerRequest
 from tests.api.conftest import client_for
 from tests.conftest import redis_url
 from tests.telemetry.conftest import QUESTION
@@ -82,7 +83,7 @@ def test_the_question_and_its_queries_are_exported_only_when_the_operator_turns_
     corpus, telemetry_on, llm_endpoint, settings
 ):
     settings.KB_OTEL_CAPTURE_QUESTIONS = True
-    run = pipeline_answer(tenant=corpus, question=QUESTION)
+    run = pipeline_answer(AnswerRequest(question=QUESTION), tenant=corpus)
     assert telemetry_on.flush()
     spans = telemetry_on.spans()
     answer = _by_name(spans, "kb.answer")
@@ -95,7 +96,7 @@ def test_the_question_and_its_queries_are_exported_only_when_the_operator_turns_
 
 def test_a_streamed_answer_reports_the_time_to_its_first_token(corpus, telemetry_on, llm_endpoint):
     events = []
-    pipeline_answer(tenant=corpus, question=QUESTION, on_event=lambda event, data: events.append(event))
+    pipeline_answer(AnswerRequest(question=QUESTION), tenant=corpus, on_event=lambda event, data: events.append(event))
     assert "token" in events
     assert telemetry_on.flush()
     llm = _by_name(telemetry_on.spans(), "chat scripted-model")
@@ -106,7 +107,7 @@ def test_a_streamed_answer_reports_the_time_to_its_first_token(corpus, telemetry
 
 def test_a_failing_llm_marks_its_span_and_the_degraded_stage(corpus, telemetry_on, llm_endpoint):
     llm_endpoint.fail_status = 500
-    run = pipeline_answer(tenant=corpus, question=QUESTION)
+    run = pipeline_answer(AnswerRequest(question=QUESTION), tenant=corpus)
     assert run.degraded and run.answer.mode == "extractive"
     assert telemetry_on.flush()
     spans = telemetry_on.spans()
@@ -155,7 +156,10 @@ def test_the_real_local_llm_answers_with_a_gen_ai_span(corpus, telemetry_on, loc
 
     llm = LLMClient(MODEL_ALIAS, base_url=local_llm_url, api_key="local", timeout_s=600)
     run = pipeline_answer(
-        tenant=corpus, question=QUESTION, llm=llm, k=2, strategy="top_n", on_event=lambda event, data: None
+        AnswerRequest(question=QUESTION, k=2, strategy="top_n"),
+        tenant=corpus,
+        llm=llm,
+        on_event=lambda event, data: None,
     )
     assert run.answer.mode == "llm", run.degraded_reason
     assert telemetry_on.flush()
@@ -248,10 +252,12 @@ def test_with_no_endpoint_a_search_and_an_answer_load_no_tracing_sdk_exporter_or
         "import sys, django; django.setup()\n"
         "from core.models import Tenant\n"
         "from retrieval.pipeline import pipeline_answer\n"
+        "from retrieval.request import AnswerRequest\n"
         "from retrieval.search import chunk_search\n"
         f"tenant = Tenant.objects.get(pk={corpus.pk})\n"
-        "assert chunk_search(tenant=tenant, query='bicycle tyre').results\n"
-        "assert pipeline_answer(tenant=tenant, question='Who approves expense reports?').answer.citations\n"
+        "assert chunk_search(AnswerRequest(question='bicycle tyre'), tenant=tenant).results\n"
+        "question = AnswerRequest(question='Who approves expense reports?')\n"
+        "assert pipeline_answer(question, tenant=tenant).answer.citations\n"
         "from core.telemetry import telemetry_enabled\n"
         "assert not telemetry_enabled()\n"
         f"print(sorted(m for m in sys.modules if m.startswith({tracing!r})))\n"

@@ -7,6 +7,7 @@ import pytest
 from knowledge.ingestion.readers import ReadDocument
 from knowledge.services import documents_ingest
 from retrieval.pipeline import pipeline_answer
+from retrieval.request import AnswerRequest
 from tests.retrieval.doubles import ScriptedLLM
 from tests.walks.scripts import QUESTION, TRAVEL_FACT, chunk_of, reply
 
@@ -26,7 +27,10 @@ BRIDGE_QUESTION = "Which aluminium company did the father of Edgar Kaiser Sr. fo
 def test_by_default_the_answer_is_written_from_the_text_of_the_chunks_that_yielded_facts(walk_corpus):
     llm = ScriptedLLM(structured_reply=reply((TRAVEL_FACT, 1), sufficient=True), chat_reply="An expense report [1]")
     run = pipeline_answer(
-        tenant=walk_corpus, question=QUESTION, pipeline="walkingrag", llm=llm, k=2, overrides={"walk_entity_hop": 0}
+        AnswerRequest(question=QUESTION, pipeline="walkingrag", k=2),
+        tenant=walk_corpus,
+        llm=llm,
+        overrides={"walk_entity_hop": 0},
     )
     travel = chunk_of(walk_corpus, "finance/travel")
     assert run.passages[0].anchor.pk == travel.pk and run.passages[0].text == travel.text
@@ -41,11 +45,9 @@ def test_by_default_the_answer_is_written_from_the_text_of_the_chunks_that_yield
 def test_other_chunks_read_fill_the_answer_up_to_k_or_walk_answer_fill_passages(walk_corpus, fill, expected):
     llm = ScriptedLLM(structured_reply=reply((TRAVEL_FACT, 1), sufficient=True), chat_reply="An expense report [1]")
     run = pipeline_answer(
+        AnswerRequest(question=QUESTION, pipeline="walkingrag", k=4),
         tenant=walk_corpus,
-        question=QUESTION,
-        pipeline="walkingrag",
         llm=llm,
-        k=4,
         overrides={"walk_entity_hop": 0, **fill},
     )
     walk = next(s for s in run.steps if s.stage == "walk").summary
@@ -65,7 +67,7 @@ def test_the_entity_hop_reads_the_chunk_of_the_bridge_entity_the_question_does_n
         structured_reply=reply(("Edgar Kaiser Sr. was the son of Henry J. Kaiser.", 1), sufficient=True),
         chat_reply="Kaiser Aluminum [2]",
     )
-    run = pipeline_answer(tenant=kaisers, question=BRIDGE_QUESTION, pipeline="walkingrag", llm=llm, k=1)
+    run = pipeline_answer(AnswerRequest(question=BRIDGE_QUESTION, pipeline="walkingrag", k=1), tenant=kaisers, llm=llm)
     hop = next(s for s in run.steps if s.stage == "walk.hop").summary
     henry = chunk_of(kaisers, "people/henry-kaiser")
     assert hop["entities"] == ["Henry J. Kaiser"] and hop["chunks_read"] == {"Henry J. Kaiser": henry.pk}
@@ -78,14 +80,15 @@ def test_an_entity_whose_best_chunk_was_read_already_adds_nothing(kaisers):
         structured_reply=reply(("Edgar Kaiser Sr. was the son of Henry J. Kaiser.", 1), sufficient=True),
         chat_reply="Kaiser Aluminum [2]",
     )
-    run = pipeline_answer(tenant=kaisers, question=BRIDGE_QUESTION, pipeline="walkingrag", llm=llm, k=2)
+    run = pipeline_answer(AnswerRequest(question=BRIDGE_QUESTION, pipeline="walkingrag", k=2), tenant=kaisers, llm=llm)
     hop = next(s for s in run.steps if s.stage == "walk.hop").summary
     assert hop["chunks_read"] == {"Henry J. Kaiser": None}
     assert len(run.passages) == 2
 
 
 def test_a_kept_fact_is_linked_to_the_entities_it_names_and_the_graph_draws_them(kaisers):
-    from retrieval.pipeline import retrieval_filter
+    from retrieval.filters import retrieval_filter
+    from retrieval.request import AnswerRequest
     from retrieval.walks.graph import document_graph, graph_svg
     from retrieval.walks.models import Fact
 
@@ -93,7 +96,7 @@ def test_a_kept_fact_is_linked_to_the_entities_it_names_and_the_graph_draws_them
         structured_reply=reply(("Edgar Kaiser Sr. was the son of Henry J. Kaiser.", 1), sufficient=True),
         chat_reply="Kaiser Aluminum [2]",
     )
-    pipeline_answer(tenant=kaisers, question=BRIDGE_QUESTION, pipeline="walkingrag", llm=llm, k=1)
+    pipeline_answer(AnswerRequest(question=BRIDGE_QUESTION, pipeline="walkingrag", k=1), tenant=kaisers, llm=llm)
     fact = Fact.objects.get(tenant=kaisers)
     assert fact.entities == ["Edgar Kaiser Sr.", "Henry J. Kaiser"]
     edgar = chunk_of(kaisers, "people/edgar-kaiser").version.document

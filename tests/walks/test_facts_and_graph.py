@@ -5,7 +5,9 @@ from django.contrib.auth.models import Permission
 from django.test import Client
 from django.urls import reverse
 
-from retrieval.pipeline import pipeline_answer, retrieval_filter
+from retrieval.filters import retrieval_filter
+from retrieval.pipeline import pipeline_answer
+from retrieval.request import AnswerRequest
 from retrieval.walks.graph import document_graph, graph_svg
 from retrieval.walks.models import Fact
 from tests.acl_world import markers, tenant_world
@@ -19,12 +21,10 @@ from tests.walks.scripts import EXPENSES_FACT, QUESTION, TRAVEL_FACT, chunk_of, 
 def walked(walk_corpus, member):
     """``member`` walked once: two facts, one from the travel policy, one from the expense reports."""
     pipeline_answer(
+        AnswerRequest(question=QUESTION, pipeline="walkingrag", k=1),
         tenant=walk_corpus,
-        question=QUESTION,
-        pipeline="walkingrag",
         user=member,
         llm=ScriptedLLM(structured_replies=two_rounds()),
-        k=1,
     )
     return walk_corpus
 
@@ -99,12 +99,10 @@ def test_facts_of_a_document_one_may_not_read_reach_no_path(db):
         }
     ]
     pipeline_answer(
+        AnswerRequest(question="How do I patch a bicycle tyre puncture?", pipeline="walkingrag", k=3),
         tenant=world.tenant,
-        question="How do I patch a bicycle tyre puncture?",
-        pipeline="walkingrag",
         llm=ScriptedLLM(structured_replies=replies),
-        k=3,
-        overrides={"walk_facts_from": 3},  # all three chunks read go to the model
+        overrides={"walk_facts_from": 3},
         user=world.users["owner"],
     )
     hidden = [world.documents["board"], world.documents["private"]]

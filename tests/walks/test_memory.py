@@ -9,8 +9,9 @@ from django.utils import timezone
 
 from knowledge.ingestion.readers import ReadDocument
 from knowledge.services import documents_ingest
-from retrieval.filters import RetrievalFilter
-from retrieval.pipeline import pipeline_answer, pipeline_retrieve, retrieval_filter
+from retrieval.filters import RetrievalFilter, retrieval_filter
+from retrieval.pipeline import pipeline_answer, pipeline_retrieve
+from retrieval.request import AnswerRequest
 from retrieval.walks.memory import fact_correct, fact_retire, facts_search, memory_search
 from retrieval.walks.models import Fact, Walk, WalkStep
 from tests.acl_world import tenant_world
@@ -20,15 +21,8 @@ from tests.walks.scripts import EXPENSES_FACT, QUESTION, TRAVEL_FACT, chunk_of, 
 
 
 def walk(tenant, llm, **kwargs):
-    return pipeline_answer(
-        tenant=tenant,
-        question=QUESTION,
-        pipeline="walkingrag",
-        llm=llm,
-        k=1,
-        overrides={"walk_max_rounds": 3},
-        **kwargs,
-    )
+    question = AnswerRequest(question=QUESTION, pipeline="walkingrag", k=1)
+    return pipeline_answer(question, tenant=tenant, llm=llm, overrides={"walk_max_rounds": 3}, **kwargs)
 
 
 def test_a_walk_keeps_each_fact_with_its_chunk_version_walk_trace_round_and_embedding(walk_corpus, member):
@@ -82,17 +76,23 @@ def test_with_a_memory_weight_search_fuses_the_memory_list_and_cites_chunks_not_
     walk(walk_corpus, ScriptedLLM(structured_replies=two_rounds()))
     walk_corpus.retrieval_config = {"memory_weight": 0.5}
     walk_corpus.save(update_fields=["retrieval_config"])
-    run = pipeline_retrieve(tenant=walk_corpus, query="How are trip costs paid back?", k=3, use_llm=False)
+    run = pipeline_retrieve(
+        AnswerRequest(question="How are trip costs paid back?", k=3, use_llm=False), tenant=walk_corpus
+    )
     retrieve = next(s for s in run.steps if s.stage == "retrieve")
     assert "memory" in retrieve.summary["counts"]
     assert {r.chunk.version.document.external_id for r in run.results} >= {"finance/travel", "finance/expenses"}
-    answer = pipeline_answer(tenant=walk_corpus, question="How are trip costs paid back?", use_llm=False, k=3)
+    answer = pipeline_answer(
+        AnswerRequest(question="How are trip costs paid back?", use_llm=False, k=3), tenant=walk_corpus
+    )
     assert all(c.passage.anchor.pk for c in answer.answer.citations)
 
 
 def test_memory_is_off_by_default(walk_corpus):
     walk(walk_corpus, ScriptedLLM(structured_replies=two_rounds()))
-    run = pipeline_retrieve(tenant=walk_corpus, query="How are trip costs paid back?", k=3, use_llm=False)
+    run = pipeline_retrieve(
+        AnswerRequest(question="How are trip costs paid back?", k=3, use_llm=False), tenant=walk_corpus
+    )
     assert "memory" not in next(s for s in run.steps if s.stage == "retrieve").summary["counts"]
 
 
@@ -148,12 +148,10 @@ def facts_of_every_document(world):
         )
     ]
     run = pipeline_answer(
+        AnswerRequest(question="How do I patch a bicycle tyre puncture?", pipeline="walkingrag", k=3),
         tenant=world.tenant,
-        question="How do I patch a bicycle tyre puncture?",
-        pipeline="walkingrag",
         llm=ScriptedLLM(structured_replies=replies),
-        k=3,
-        overrides={"walk_facts_from": 3},  # all three chunks read go to the model
+        overrides={"walk_facts_from": 3},
         user=world.users["owner"],
     )
     return run

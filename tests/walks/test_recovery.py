@@ -9,8 +9,9 @@ from django.utils import timezone
 
 from knowledge.models import Chunk
 from retrieval.models import TraceStep
-from retrieval.steering import walk_execute, walks_recover
+from retrieval.pipeline import pipeline_answer
 from retrieval.walks.models import Walk
+from retrieval.walks.steering import walk_execute, walks_recover
 from tests.api.conftest import client_for
 from tests.retrieval.doubles import ScriptedLLM
 from tests.walks.scripts import (
@@ -99,7 +100,7 @@ def test_a_walk_whose_process_is_alive_is_never_taken_over_and_a_walk_runs_once(
     holder = Walk.objects.get(pk=walk_id).worker_id
     assert holder and walks_recover() == []
     # A second launch of the same walk (a redelivered task) finds it held and leaves it alone.
-    again = walk_execute(walk_id=walk_id, llm=scripted)
+    again = walk_execute(walk_id=walk_id, answer=pipeline_answer, llm=scripted)
     assert again.status == "paused" and again.worker_id == holder
     api.post(f"/api/v1/walks/{walk_id}/stop/")
     wait_for(api, walk_id, "stopped")

@@ -20,13 +20,14 @@ from core.errors import ApplicationError
 from demo.services import EXAMPLE_QUESTION, FIRST_SOURCE, SOURCES, demo_setup, demo_sources_sync_background
 from people.answer_text import answer_head_lines
 from people.asking import ask
+from retrieval.request import AnswerRequest
 
 
 def example_run(*, tenant, question: str):
     """The demo's one question, asked as every caller asks (``people.asking.ask``, as the operator:
     no member, so nothing is kept): the ``AnswerRun`` (``.answer``; ``.syncing``, the sources
     still syncing as it was made)."""
-    return ask(tenant=tenant, user=None, question=question)
+    return ask(AnswerRequest(question=question), tenant=tenant, user=None)
 
 
 def example_answer(*, tenant, question: str):

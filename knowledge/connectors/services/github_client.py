@@ -19,40 +19,31 @@ from github.Requester import HTTPRequestsConnectionClass, HTTPSRequestsConnectio
 
 from core.outbound import AddressNotAllowed
 from knowledge.connectors.base import CredentialRejected, SourceUnreachable
-from knowledge.connectors.http import MAX_RETRY_AFTER_S, RETRY_STATUSES, guarded_session, retry_policy, status_raise
+from knowledge.connectors.http import (
+    MAX_RETRY_AFTER_S,
+    RETRY_STATUSES,
+    RetryAfterCap,
+    guarded_session,
+    retry_policy,
+    status_raise,
+)
 
 PAGE = 100  # items per page: the REST API's maximum
 SECONDARY_RATE_WAIT_S = 60  # a 403 "secondary rate limit" without Retry-After: GitHub's advice
 
 
-class GitHubRetry(GithubRetry):
+class GitHubRetry(RetryAfterCap, GithubRetry):
     """PyGithub's ``GithubRetry`` (403 rate limits retried too) that refuses to wait longer than
     ``MAX_RETRY_AFTER_S``: a longer ``Retry-After`` raises ``SourceUnreachable``."""
 
-    def sleep_for_retry(self, response) -> bool:
-        wait = self.get_retry_after(response)
-        if wait is not None and wait > MAX_RETRY_AFTER_S:
-            raise SourceUnreachable(
-                f"GitHub asked to wait {wait:.0f} s before the next request (rate limited); "
-                "the next sync resumes where this one stopped."
-            )
-        return super().sleep_for_retry(response)
+    service = "GitHub"
 
 
 def github_retry() -> GitHubRetry:
     """``GitHubRetry`` with ``retry_policy``'s tries and backoff (``KB_CONNECTOR_*`` settings)."""
-    base = retry_policy()
-    return GitHubRetry(
-        total=base.total,
-        connect=base.connect,
-        read=base.read,
-        status=base.status,
+    return retry_policy(
+        GitHubRetry,
         status_forcelist=list(RETRY_STATUSES),  # GithubRetry adds 403, retried when it is a rate limit
-        allowed_methods=None,
-        backoff_factor=base.backoff_factor,
-        backoff_max=base.backoff_max,
-        respect_retry_after_header=True,
-        raise_on_status=False,
         secondary_rate_wait=SECONDARY_RATE_WAIT_S,
         max_rate_limit_wait=MAX_RETRY_AFTER_S,
     )

@@ -47,7 +47,7 @@ from notion_client.helpers import iterate_paginated_api
 from core.errors import InvalidInput
 from core.outbound import FETCH_FAILED, AddressNotAllowed, connect
 from knowledge.connectors.base import PUBLIC, CredentialRejected, Item, Permission, SourceGroup, SourceUnreachable
-from knowledge.connectors.http import MAX_RESPONSE_BYTES, MAX_RETRY_AFTER_S, RETRY_STATUSES, status_raise
+from knowledge.connectors.http import MAX_RESPONSE_BYTES, MAX_RETRY_AFTER_S, RETRY_STATUSES, retry_caps, status_raise
 from knowledge.ingestion.readers import ReadDocument, read_bytes
 
 KIND = "notion"
@@ -130,7 +130,7 @@ class _NotionClient(Client):
     every answer in ``RETRY_STATUSES`` is retried, whatever the method (search is a POST that
     only reads) and whatever the body (a proxy's 502 is not Notion's JSON); the wait is the
     answer's ``Retry-After`` (seconds, at most ``MAX_RETRY_AFTER_S``), else
-    ``KB_CONNECTOR_BACKOFF_S`` x 2^attempt, at most 30 s."""
+    ``KB_CONNECTOR_BACKOFF_S`` x 2^attempt, at most ``MAX_BACKOFF_S`` (``RetryCaps.backoff``)."""
 
     def _can_retry(self, error: Exception, method: str) -> bool:
         return isinstance(error, HTTPResponseError) and error.status in RETRY_STATUSES
@@ -139,7 +139,7 @@ class _NotionClient(Client):
         value = error.headers.get("retry-after", "").strip() if isinstance(error, HTTPResponseError) else ""
         if re.fullmatch(r"\d{1,9}(\.\d+)?", value):  # seconds (Notion's form; an HTTP date gets the backoff)
             return min(float(value), MAX_RETRY_AFTER_S)
-        return min(settings.KB_CONNECTOR_BACKOFF_S * 2**attempt, 30.0)
+        return retry_caps().backoff(attempt)
 
 
 def _options(options: dict) -> dict:
@@ -283,7 +283,7 @@ class NotionConnector:
     def __init__(self, source, secret: str):
         self.source = source
         self.options = _options(source.options or {})
-        retries = settings.KB_CONNECTOR_RETRIES
+        retries = retry_caps().retries
         self.client = _NotionClient(
             auth=secret,
             base_url=re.sub(r"(/v1)?/*$", "", source.location or "https://api.notion.com"),  # it adds /v1/

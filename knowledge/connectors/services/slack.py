@@ -42,7 +42,7 @@ from slack_sdk.http_retry.builtin_handlers import RateLimitErrorRetryHandler, Se
 from core.errors import InvalidInput
 from core.outbound import FETCH_FAILED, AddressNotAllowed, guarded_pool_manager
 from knowledge.connectors.base import PUBLIC, CredentialRejected, Item, Permission, SourceGroup, SourceUnreachable
-from knowledge.connectors.http import MAX_RESPONSE_BYTES, MAX_RETRY_AFTER_S, RETRY_STATUSES, status_raise
+from knowledge.connectors.http import MAX_BACKOFF_S, MAX_RESPONSE_BYTES, RETRY_STATUSES, retry_caps, status_raise
 from knowledge.ingestion.documents import ReadDocument, locate_sections, normalize_text
 
 logger = logging.getLogger(__name__)
@@ -76,10 +76,10 @@ NOISE_SUBTYPES = frozenset(
 
 
 class _ScaledJitter(Jitter):
-    """Up to a quarter more than the backoff (none when the backoff is 0), at most 30 s."""
+    """Up to a quarter more than the backoff (none when the backoff is 0), at most ``MAX_BACKOFF_S``."""
 
     def recalculate(self, duration: float) -> float:
-        return min(duration * (1 + random.random() / 4), 30.0)
+        return min(duration * (1 + random.random() / 4), MAX_BACKOFF_S)
 
 
 class _RateLimitRetry(RateLimitErrorRetryHandler):
@@ -96,7 +96,7 @@ class _RateLimitRetry(RateLimitErrorRetryHandler):
 
     def _can_retry(self, *, state, request, response=None, error=None) -> bool:
         return super()._can_retry(state=state, request=request, response=response, error=error) and (
-            self._wait(response) <= MAX_RETRY_AFTER_S
+            retry_caps().waits_for(self._wait(response))
         )
 
     def prepare_for_next_attempt(self, *, state, request, response=None, error=None) -> None:
@@ -115,12 +115,12 @@ class _ServerErrorRetry(ServerErrorRetryHandler):
 def retry_handlers() -> list:
     """slack_sdk retry handlers for ``KB_CONNECTOR_RETRIES`` retries: rate limits (``Retry-After``),
     5xx answers and dropped connections (backoff ``KB_CONNECTOR_BACKOFF_S`` x 2^n)."""
-    count = settings.KB_CONNECTOR_RETRIES
-    backoff = BackoffRetryIntervalCalculator(backoff_factor=settings.KB_CONNECTOR_BACKOFF_S, jitter=_ScaledJitter())
+    caps = retry_caps()
+    backoff = BackoffRetryIntervalCalculator(backoff_factor=caps.backoff_s, jitter=_ScaledJitter())
     return [
-        _RateLimitRetry(max_retry_count=count),
-        _ServerErrorRetry(max_retry_count=count, interval_calculator=backoff),
-        ConnectionErrorRetryHandler(max_retry_count=count, interval_calculator=backoff),
+        _RateLimitRetry(max_retry_count=caps.retries),
+        _ServerErrorRetry(max_retry_count=caps.retries, interval_calculator=backoff),
+        ConnectionErrorRetryHandler(max_retry_count=caps.retries, interval_calculator=backoff),
     ]
 
 

@@ -8,6 +8,7 @@ from knowledge.versions import as_of_parse
 from people.answer_text import answer_head_lines
 from people.asking import ask
 from retrieval.pipeline import PIPELINE_NAMES
+from retrieval.request import AnswerRequest
 from retrieval.stages.rerank.near_duplicates import duplicate_lines
 
 
@@ -44,9 +45,7 @@ class Command(TenantCommand):
         if o["conversation"] is not None and not o["user"]:
             raise CommandError("--conversation needs --user: a conversation is a member's.")
         tenant = self.tenant(o["tenant"])
-        run = ask(
-            tenant=tenant,
-            user=self.member(tenant, o["user"]),
+        question = AnswerRequest(
             question=o["question"],
             conversation_id=o["conversation"],
             pipeline=o["pipeline"],
@@ -59,6 +58,7 @@ class Command(TenantCommand):
             collapse=False if o["no_collapse"] else None,
             personalize=not o["no_personalize"],
         )
+        run = ask(question, tenant=tenant, user=self.member(tenant, o["user"]))
         if o["json"]:
             payload = run.as_dict()
             for citation in payload["citations"]:

@@ -2,8 +2,8 @@ import json
 
 from core.commands import TenantCommand
 from knowledge.pages import chunk_pages, page_label
-from knowledge.selectors import source_ids_for_names
 from knowledge.versions import as_of_parse
+from retrieval.request import AnswerRequest
 from retrieval.search import MODES, chunk_search
 from retrieval.stages.rerank.near_duplicates import duplicate_lines
 
@@ -30,17 +30,18 @@ class Command(TenantCommand):
     def handle(self, *args, **o):
         tenant = self.tenant(o["tenant"])
         user = self.member(tenant, o["user"])
-        source_ids = source_ids_for_names(tenant=tenant, names=o["source"], user=user)
-        response = chunk_search(
+        search = AnswerRequest.for_sources(
             tenant=tenant,
-            query=o["query"],
+            user=user,
+            sources=o["source"],
+            question=o["query"],
             k=o["k"],
             mode=o["mode"],
-            source_ids=source_ids,
             as_of=as_of_parse(o["as_of"]),
-            user=user,
-            options={"collapse": False if o["no_collapse"] else None, "personalize": not o["no_personalize"]},
+            collapse=False if o["no_collapse"] else None,
+            personalize=not o["no_personalize"],
         )
+        response = chunk_search(search, tenant=tenant, user=user)
         if o["json"]:
             payload = {"results": [r.as_dict() for r in response.results], "timings_ms": response.timings_ms}
             self.stdout.write(json.dumps(payload, ensure_ascii=False))

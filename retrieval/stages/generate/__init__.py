@@ -14,7 +14,7 @@ two styles (``GenerateConfig.answer_style``):
 Without an LLM, or when the call fails, the LLM-free fallback is the extractive answer
 (``extractive.answer_extract``). With personalization on
 and someone signed in, the prompt gains the asker's user layer, composed by the ``user_layer``
-hook (``retrieval.hooks``: the app that owns people's profiles provides it).
+hook of the run's registry (``retrieval.registry``: ``KB_PERSON_HOOKS``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from functools import partial
 
 from core.schema import setting
 from llm import Usage
-from retrieval import hooks
 from retrieval.stages.base import LLMStage
 from retrieval.stages.generate.cited import NOT_FOUND, answer_generate, answer_stream
 from retrieval.stages.generate.extractive import DEGRADED_LABEL, answer_extract
@@ -60,10 +59,10 @@ class GenerateConfig:
 def user_layer_for(state) -> tuple[str | None, dict | None]:
     """The answer prompt's user layer and its trace summary when the request personalizes and
     someone is signed in, else ``(None, None)``."""
-    compose = hooks.person.user_layer
-    if not state.options.get("personalize", True) or state.user is None or compose is None:
+    compose = state.registry.user_layer
+    if not state.request.personalize or state.user is None or compose is None:
         return None, None
-    layer = compose(tenant=state.tenant, user=state.user, where=state.where, question=state.question)
+    layer = compose(tenant=state.tenant, user=state.user, where=state.where, question=state.request.question)
     return layer if layer is not None else (None, None)
 
 
@@ -81,7 +80,9 @@ class Generate(LLMStage):
 
     def apply(self, state, step):
         if not state.passages:
-            state.answer = Answer(question=state.question, text=NOT_FOUND, mode="extractive", citations=[], found=False)
+            state.answer = Answer(
+                question=state.request.question, text=NOT_FOUND, mode="extractive", citations=[], found=False
+            )
             step.summary = {"mode": "none", "reason": "no passages"}
         else:
             state = super().apply(state, step)
@@ -95,8 +96,8 @@ class Generate(LLMStage):
 
     def with_llm(self, state, step):
         user_layer, layer_summary = user_layer_for(state)
-        llm, question, passages = state.llm, state.question, state.passages
-        options = {"llm": llm, "reverse_pack": state.reverse_pack, "user_layer": user_layer}
+        llm, question, passages = state.llm, state.request.question, state.passages
+        options = {"llm": llm, "reverse_pack": state.request.reverse_pack, "user_layer": user_layer}
         config = self.settings(state)
         style = config.answer_style
         if style == "quoted":
@@ -126,6 +127,6 @@ class Generate(LLMStage):
 
     def fallback(self, state, step, *, reason, error):
         kwargs = {"label": DEGRADED_LABEL} if state.degraded else {}
-        state.answer = answer_extract(state.question, state.passages, embedder=state.tenant.embedder, **kwargs)
+        state.answer = answer_extract(state.request.question, state.passages, embedder=state.tenant.embedder, **kwargs)
         step.summary = {"mode": "extractive", **({"fallback": True} if state.degraded else {})}
         return state

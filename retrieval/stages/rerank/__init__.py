@@ -4,8 +4,9 @@
 question and quotes the part that answers it; without an LLM, the fused score and the
 best-matching sentence stand in.
 
-After fusion every pipeline runs the *signal* rerankers registered here, in this order, each as
-its own step when it is active for the run (``active(state)``):
+After fusion every pipeline runs the *signal* rerankers of the run's registry
+(``retrieval.registry``: ``KB_SIGNAL_RERANKERS``), in this order, each as its own step when it is
+active for the run (``active(state)``):
 
 ==================  ===========================================================================
 near_duplicates     collapse a near-duplicate cluster to its freshest member
@@ -14,8 +15,8 @@ personal            bounded boost of what the asker prefers and found useful (pe
 diversity           at most m chunks per document/source in the top k, or MMR
 ==================  ===========================================================================
 
-A signal reranker is a module (named by its dotted path in ``SIGNAL_RERANKERS``, so another app
-may register one with ``reranker_register``) with ``NAME`` (its step), ``Config`` (its settings
+A signal reranker is a module (named by its dotted path in ``KB_SIGNAL_RERANKERS``, so another
+app's module may take its place in the chain) with ``NAME`` (its step), ``Config`` (its settings
 part, a frozen dataclass of ``core.schema.setting`` fields), ``active(state) -> bool`` and
 ``rerank(state, results, *, k) -> (results, summary)`` (results best first, re-ranked 1..n;
 summary a JSON-able dict for the trace). The fuse step fetches ``rerank_depth`` results when any
@@ -25,43 +26,15 @@ chain's output to ``k``.
 
 from __future__ import annotations
 
-from importlib import import_module
-
 from retrieval.stages.base import Stage
 from retrieval.types import SearchResult
 
-SIGNAL_RERANKERS = [
-    "retrieval.stages.rerank.near_duplicates",
-    "retrieval.stages.rerank.recency",
-    "retrieval.stages.rerank.diversity",
-]
 # Results the fuse step hands to the signal rerankers when any is active.
 RERANK_DEPTH = 50
-_loaded: dict[str, object] = {}
-
-
-def reranker_register(path: str, *, before: str | None = None) -> None:
-    """Add the signal reranker module at dotted ``path`` to the chain (at the end, or just before
-    the one whose path is ``before``); a path already registered is left where it is."""
-    if path in SIGNAL_RERANKERS:
-        return
-    at = SIGNAL_RERANKERS.index(before) if before in SIGNAL_RERANKERS else len(SIGNAL_RERANKERS)
-    SIGNAL_RERANKERS.insert(at, path)
-
-
-def signal_rerankers() -> list:
-    """The registered signal reranker modules, in chain order."""
-    modules = []
-    for path in SIGNAL_RERANKERS:
-        module = _loaded.get(path)
-        if module is None:
-            module = _loaded[path] = import_module(path)
-        modules.append(module)
-    return modules
 
 
 def _active(state) -> list:
-    return [module for module in signal_rerankers() if module.active(state)]
+    return [module for module in state.registry.signal_rerankers if module.active(state)]
 
 
 def rerank_depth(state, *, k: int) -> int:
@@ -76,7 +49,7 @@ class Rerank(Stage):
 
     def run(self, state):
         results: list[SearchResult] = state.results
-        k = state.depth or state.k
+        k = state.depth or state.request.k
         for module in _active(state):
             with state.step(module.NAME) as step:
                 results, step.summary = module.rerank(state, results, k=k)

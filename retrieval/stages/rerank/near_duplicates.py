@@ -10,7 +10,7 @@ result is then annotated with where its content also appears:
 * ``near_duplicates``: the other members of its near-duplicate cluster (``knowledge.dedup``),
   freshest first, each with its pair's ``kind`` (meaningless or meaningful) and ``update``.
 
-With collapsing on (``run.options["collapse"]``; None = the tenant's
+With collapsing on (``run.request.collapse``; None = the tenant's
 ``collapse_near_duplicates``, default on), a result from a cluster member that is not the
 cluster's freshest is replaced by the freshest member's chunk nearest to it (cosine of
 embeddings; one query for all such results), keeping its score and rank; a chunk already in the results is not repeated. So the
@@ -57,7 +57,7 @@ _SOURCE = Document._meta.get_field("source")
 
 def collapse_wanted(run) -> bool:
     """The request's ``collapse`` option, else the tenant's ``collapse_near_duplicates`` setting."""
-    option = run.options.get("collapse")
+    option = run.request.collapse
     if option is not None:
         return bool(option)
     return run.spec.of(Config).collapse_near_duplicates

@@ -48,7 +48,6 @@ from django.utils import timezone
 
 from core.schema import setting
 from knowledge.models import DocumentVersion, Source
-from retrieval import hooks
 
 NAME = "recency"
 
@@ -161,7 +160,7 @@ def feedback_factor(*, up: int, down: int, tenant_share: float, weight: float) -
 def _source_feedback(run) -> dict[int, tuple[int, int]]:
     """The tenant's citation feedback per source (the ``source_feedback_counts`` hook), read once per
     tenant and process every ``SIGNALS_TTL_S`` seconds; empty when no app keeps feedback."""
-    source_feedback_counts = hooks.person.source_feedback_counts
+    source_feedback_counts = run.registry.source_feedback_counts
     if source_feedback_counts is None:
         return {}
     now = time.monotonic()

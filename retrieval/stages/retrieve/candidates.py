@@ -5,7 +5,9 @@ lexemes), else ``plan.lexical_query``, in the body's BM25 plus, with a tenant's
 ``enrichment_weight``, that weight times the enrichment field's BM25 (``enrichment``); the dense side uses ``plan.dense_vector`` when a stage
 passed its own (HyDE), else the embedding of ``plan.dense_text``. With a tenant's
 ``memory_weight``, a third list, ``memory``: chunks ranked by the facts walks kept from them
-(``retrieval.walks.memory``). All apply the same ``RetrievalFilter``.
+(the run registry's ``memory_search``, ``retrieval.registry``: ``retrieval.walks.memory`` by
+default, passed in by the caller, since the walks package imports these stages). All apply the
+same ``RetrievalFilter``.
 
 In hybrid mode the dense side (the query embedding, then the vector SQL) runs in a worker
 thread while the calling thread runs the BM25 SQL: the model's forward pass (torch or ONNX
@@ -26,6 +28,7 @@ from __future__ import annotations
 import contextvars
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
@@ -40,7 +43,6 @@ from retrieval.stages.retrieve.dense import vector_search
 from retrieval.stages.retrieve.enrichment import enrichment_bm25_search, fields_combine
 from retrieval.stages.retrieve.lexical import bm25_search
 from retrieval.types import CandidateLists, QueryPlan
-from retrieval.walks.memory import memory_search
 
 # Query embeddings are short forward passes; the embedder serializes its own calls, so a couple
 # of workers only let two searches queue without blocking each other's SQL.
@@ -144,8 +146,10 @@ def candidates_retrieve(
     config: SearchConfig,
     limit: int,
     concurrent: bool = True,
+    memory_search: Callable[..., list[tuple[int, float]]] | None = None,
 ) -> tuple[CandidateLists, dict[str, float]]:
-    """Each retriever's top ``limit`` candidates for ``plan`` and the time each took (ms).
+    """Each retriever's top ``limit`` candidates for ``plan`` and the time each took (ms); the
+    memory retriever ``memory_search`` (the run registry's) too when ``config.memory_weight`` > 0.
 
     ``mode`` is hybrid (both), lexical or dense. In hybrid mode the dense side (embedding and
     vector SQL; inside an atomic block the embedding only) runs in a worker thread while this
@@ -204,14 +208,11 @@ def candidates_retrieve(
     if wants_dense and "dense" not in lists:
         lists["dense"], dense_timings = _dense(plan, vector=vector, **dense_args)
         timings.update(dense_timings)
-    if config.memory_weight > 0:
+    if config.memory_weight > 0 and memory_search is not None:
         started = time.perf_counter()
+        embedder = embedder if wants_dense else None
         lists["memory"] = memory_search(
-            query=plan.question,
-            where=where,
-            embedder=embedder if wants_dense else None,
-            vector=plan.dense_vector,
-            limit=limit,
+            query=plan.question, where=where, embedder=embedder, vector=plan.dense_vector, limit=limit
         )
         timings["memory_ms"] = (time.perf_counter() - started) * 1000
     return CandidateLists(lists=lists, details=details), timings
@@ -238,8 +239,9 @@ class Retrieve(Stage):
             embedder=state.tenant.embedder,
             mode=mode,
             config=search,
-            limit=max(search.candidates, state.depth or state.k),
+            limit=max(search.candidates, state.depth or state.request.k),
             concurrent=self.concurrent,
+            memory_search=state.registry.memory_search,
         )
         state.timings.update(timings)
         state.candidates = candidates

@@ -79,15 +79,15 @@ class Condense(LLMStage):
     name = "condense"
 
     def active(self, state):
-        return bool(state.history) and not ("rephrase" in state.spec.rewrites and state.llm is not None)
+        return bool(state.request.history) and not ("rephrase" in state.spec.rewrites and state.llm is not None)
 
     def with_llm(self, state, step):
-        state.plan, step.usage, summary = query_rephrase(state.plan, llm=state.llm, history=state.history)
-        step.summary = {"by": "llm", "history": len(state.history), **summary}
+        state.plan, step.usage, summary = query_rephrase(state.plan, llm=state.llm, history=state.request.history)
+        step.summary = {"by": "llm", "history": len(state.request.history), **summary}
         return state
 
     def fallback(self, state, step, *, reason, error):
-        state.plan, summary = query_condense(state.plan, history=state.history)
+        state.plan, summary = query_condense(state.plan, history=state.request.history)
         failed = {"fallback": "key terms"} if error else {}
-        step.summary = {"by": "key terms", "history": len(state.history), **summary, **failed}
+        step.summary = {"by": "key terms", "history": len(state.request.history), **summary, **failed}
         return state

@@ -72,7 +72,7 @@ class Rephrase(LLMStage):
     name = "rephrase"
 
     def with_llm(self, state, step):
-        state.plan, step.usage, step.summary = query_rephrase(state.plan, llm=state.llm, history=state.history)
+        state.plan, step.usage, step.summary = query_rephrase(state.plan, llm=state.llm, history=state.request.history)
         return state
 
     def fallback(self, state, step, *, reason, error):

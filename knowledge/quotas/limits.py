@@ -1,23 +1,24 @@
-"""Per-tenant quotas: the operator's limits, the error an action over one raises, and setting them.
+"""The quotas' limits: what each quota is, each tenant's limit, the error an action over one
+raises, the quota lock, and setting a tenant's own limits.
 
-Six quotas (``QUOTAS``), each a limit and a usage (``docs/quotas.md``):
+Six quotas (``QUOTAS``), each a limit and a usage (``docs/quotas.md``; the usage is counted in
+``knowledge.quotas.usage``):
 
 * ``documents``: live documents (not deleted at their source);
-* ``stored_bytes``: bytes (UTF-8) of the text of every stored version of every document;
+* ``stored_bytes``: bytes (UTF-8) of the text of every stored version of every document, plus
+  the kept original files of those versions (``knowledge.originals``);
 * ``chunks``: body chunks of every stored version (summary chunks are not counted);
 * ``sources``: sources of any kind;
 * ``syncs_per_day``: sync runs started in the last 24 hours;
 * ``llm_tokens_per_day``: LLM tokens (prompt + completion) of every LLM call made for the tenant
-  in the last 24 hours, whatever started it (``llm.metering``).
+  in the last 24 hours, whatever started it (``llm.metering``, ``knowledge.quotas.meter``).
 
 An action over a stored amount's limit is refused with 403, a sync over the day's with 429
 (``QuotaExceeded``); over the LLM tokens' limit no LLM call is made: a question is answered
-without the LLM, other work degrades or is refused (``retrieval.quotas``).
+without the LLM, other work degrades or is refused (``knowledge.quotas.meter``).
 
-A tenant's limit is its ``core.TenantQuota`` field when set, else the installation default
-(``KB_QUOTA_*``, ``None`` = unlimited). This layer holds the limits and the error; usage is
-counted where its tables live: ``knowledge.quotas`` (the first five, with the checks the
-services call) and ``retrieval.quotas`` (LLM tokens, and every quota's usage together).
+A tenant's limit is its ``knowledge.TenantQuota`` field when set, else the installation default
+(``KB_QUOTA_*``, ``None`` = unlimited).
 
 Checks that guard a write run inside the write's transaction under the tenant's quota lock
 (``quota_lock``, a transaction-level advisory lock), so two concurrent writers cannot both take
@@ -33,7 +34,8 @@ from django.db import connection, models, transaction
 
 from core.audit import audit_record
 from core.errors import ApplicationError, InvalidInput
-from core.models import Tenant, TenantQuota
+from core.models import Tenant
+from knowledge.models import TenantQuota
 
 MB = 1024 * 1024
 
@@ -100,7 +102,7 @@ QUOTAS: tuple[Quota, ...] = (
     ),
 )
 QUOTA_BY_NAME: dict[str, Quota] = {quota.name: quota for quota in QUOTAS}
-# What the stored amounts' checks cover (``knowledge.quotas.quota_check``).
+# What the stored amounts' checks cover (``knowledge.quotas.usage.quota_check``).
 STORED = ("documents", "stored_bytes", "chunks", "sources")
 
 

@@ -10,7 +10,7 @@ from rest_framework.views import APIView
 from core.api import ERRORS
 from core.errors import PermissionDenied
 from core.memberships import membership_for_request
-from retrieval.quotas import USAGE_ROLES, quota_usage
+from knowledge.quotas.usage import USAGE_ROLES, quota_usage
 
 
 class UsageApi(APIView):
@@ -28,12 +28,14 @@ class UsageApi(APIView):
 
         tenant = serializers.CharField(help_text="The tenant's slug.")
         documents = QuotaSerializer(help_text="Live documents (not deleted at their source).")
-        stored_bytes = QuotaSerializer(help_text="Bytes (UTF-8) of the text of every stored document version.")
+        stored_bytes = QuotaSerializer(
+            help_text="Bytes (UTF-8) of the text of every stored document version, plus their kept original files."
+        )
         chunks = QuotaSerializer(help_text="Body chunks of every stored version (summaries not counted).")
         sources = QuotaSerializer(help_text="Sources of any kind.")
         syncs_per_day = QuotaSerializer(help_text="Sync runs started in the last 24 hours.")
         llm_tokens_per_day = QuotaSerializer(
-            help_text="LLM tokens (prompt + completion) of the tenant's answers in the last 24 hours."
+            help_text="LLM tokens (prompt + completion) of the tenant's LLM calls in the last 24 hours."
         )
 
     @extend_schema(operation_id="usage", responses={200: OutputSerializer, **ERRORS})

@@ -14,10 +14,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 from core.errors import InvalidInput
-from core.models import AuditEvent, TenantQuota
-from core.quotas import MB, QuotaExceeded, quota_limits, quota_lock_key, quota_set
-from knowledge.models import SUMMARY_ORDINAL, Chunk, SyncRun
-from knowledge.quotas import quota_check, sync_quota_check, usage_count
+from core.models import AuditEvent
+from knowledge.models import SUMMARY_ORDINAL, Chunk, SyncRun, TenantQuota
+from knowledge.quotas.limits import MB, QuotaExceeded, quota_limits, quota_lock_key, quota_set
+from knowledge.quotas.usage import quota_check, sync_quota_check, usage_count
 from tests.factories import (
     ChunkFactory,
     DocumentFactory,
@@ -235,29 +235,29 @@ def test_a_superuser_sets_a_tenants_limits_in_the_admin_and_the_change_is_audite
     fields = {"tenant": tenant.pk, "max_documents": "50", "max_stored_bytes": "", "max_chunks": ""}
     fields |= {"max_sources": "", "max_syncs_per_day": "", "max_llm_tokens_per_day": ""}
 
-    assert client.get(reverse("admin:core_tenantquota_add")).status_code == 200
-    response = client.post(reverse("admin:core_tenantquota_add"), fields)
+    assert client.get(reverse("admin:knowledge_tenantquota_add")).status_code == 200
+    response = client.post(reverse("admin:knowledge_tenantquota_add"), fields)
 
     assert response.status_code == 302, response.context["adminform"].form.errors
     quota = TenantQuota.objects.get(tenant=tenant)
     assert quota.max_documents == 50
     assert AuditEvent.objects.get(action="quota.changed").changes == {"max_documents": [None, 50]}
-    page = client.get(reverse("admin:core_tenantquota_change", args=[quota.pk]))
+    page = client.get(reverse("admin:knowledge_tenantquota_change", args=[quota.pk]))
     assert page.status_code == 200
     assert b"Documents" in page.content and b"50" in page.content
 
 
-def test_a_tenant_admin_holding_every_core_permission_cannot_see_or_change_quotas_in_the_admin(
+def test_a_tenant_admin_holding_every_core_and_knowledge_permission_cannot_see_or_change_quotas_in_the_admin(
     client, tenant, admin_member
 ):
-    admin_member.user_permissions.set(Permission.objects.filter(content_type__app_label="core"))
+    admin_member.user_permissions.set(Permission.objects.filter(content_type__app_label__in=["core", "knowledge"]))
     client.force_login(admin_member)
     quota = TenantQuota.objects.create(tenant=tenant, max_documents=10)
 
-    assert client.get(reverse("admin:core_tenantquota_changelist")).status_code == 403
-    assert client.get(reverse("admin:core_tenantquota_change", args=[quota.pk])).status_code == 403
+    assert client.get(reverse("admin:knowledge_tenantquota_changelist")).status_code == 403
+    assert client.get(reverse("admin:knowledge_tenantquota_change", args=[quota.pk])).status_code == 403
     response = client.post(
-        reverse("admin:core_tenantquota_change", args=[quota.pk]), {"tenant": tenant.pk, "max_documents": "100000"}
+        reverse("admin:knowledge_tenantquota_change", args=[quota.pk]), {"tenant": tenant.pk, "max_documents": "100000"}
     )
     assert response.status_code == 403
     assert TenantQuota.objects.get(pk=quota.pk).max_documents == 10

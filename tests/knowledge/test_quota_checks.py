@@ -6,15 +6,15 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from core.models import TenantQuota
-from core.quotas import QuotaExceeded
 from knowledge.embedders import get_embedder
 from knowledge.ingestion.readers import ReadDocument
-from knowledge.models import Chunk, Document, DocumentVersion, Source, SyncRun
-from knowledge.quotas import usage_count
-from knowledge.services import documents_ingest, source_get_or_create
+from knowledge.models import Chunk, Document, DocumentVersion, Source, SyncRun, TenantQuota
+from knowledge.originals import original_path, tenant_originals_folder
+from knowledge.quotas import QuotaExceeded, usage_count
+from knowledge.services import document_delete, documents_ingest, source_get_or_create
 from knowledge.services.deletion import document_mark_deleted
 from knowledge.services.sync import source_sync, sources_sync_due, sync_run_request
+from tests.api.test_pages import harbour_pdf, harbour_splitter, paged_document
 from tests.conftest import BIKE, PASTA, TAXES
 from tests.factories import SourceFactory, TenantFactory, folder_granted
 
@@ -116,6 +116,49 @@ def test_an_ingestion_past_the_stored_bytes_limit_stores_nothing(tenant, source)
     assert refused.value.quota.name == "stored_bytes" and refused.value.status == 403
     assert f"bytes of stored text and has {held:,}" in refused.value.message
     assert stored(tenant) == before
+
+
+def test_a_kept_original_pdf_counts_in_stored_bytes_with_its_text_and_leaves_with_its_document(
+    tenant, source, settings, tmp_path, django_capture_on_commit_callbacks
+):
+    settings.KB_DATA_DIR = tmp_path
+    pdf = harbour_pdf()
+    manual = paged_document(original=pdf)
+    held = usage_count(tenant=tenant, names=["stored_bytes"])["stored_bytes"]
+
+    with django_capture_on_commit_callbacks(execute=True):
+        documents_ingest(tenant=tenant, source=source, documents=[manual], splitter=harbour_splitter())
+
+    version = DocumentVersion.objects.for_tenant(tenant).get(document__external_id=manual.external_id)
+    kept = original_path(tenant_id=tenant.pk, document_id=version.document_id, number=version.number)
+    assert version.original_bytes == kept.stat().st_size == len(pdf)
+    grown = usage_count(tenant=tenant, names=["stored_bytes"])["stored_bytes"] - held
+    assert grown == len(manual.text.encode("utf-8")) + len(pdf)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        document_delete(tenant=tenant, document_id=version.document_id)
+
+    assert usage_count(tenant=tenant, names=["stored_bytes"])["stored_bytes"] == held
+    assert not kept.exists()
+
+
+def test_an_ingestion_whose_text_fits_but_whose_original_does_not_is_refused_and_keeps_no_file(
+    tenant, source, settings, tmp_path, django_capture_on_commit_callbacks
+):
+    settings.KB_DATA_DIR = tmp_path
+    pdf = harbour_pdf()
+    manual = paged_document(original=pdf)
+    held = usage_count(tenant=tenant, names=["stored_bytes"])["stored_bytes"]
+    limit(tenant, max_stored_bytes=held + len(manual.text.encode("utf-8")) + len(pdf) - 1)
+    before = stored(tenant)
+
+    with pytest.raises(QuotaExceeded) as refused, django_capture_on_commit_callbacks(execute=True):
+        documents_ingest(tenant=tenant, source=source, documents=[manual], splitter=harbour_splitter())
+
+    assert refused.value.quota.name == "stored_bytes"
+    assert refused.value.adding == len(manual.text.encode("utf-8")) + len(pdf)
+    assert stored(tenant) == before
+    assert not tenant_originals_folder(tenant.pk).exists()
 
 
 def test_an_ingestion_past_the_chunk_limit_stores_nothing(tenant, source):

@@ -3,7 +3,7 @@
 ``GET /api/v1/facts/?q=`` lists the facts the caller may see (memory, with provenance);
 ``POST /api/v1/walks/`` starts a steered walk; ``GET /api/v1/walks/<id>/`` shows its state;
 ``PATCH`` edits it while it is paused; ``POST .../pause/``, ``.../resume/`` and ``.../stop/`` steer
-it (``retrieval.steering``). A walk is visible to its asker only.
+it (``retrieval.walks.steering``). A walk is visible to its asker only.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from rest_framework.views import APIView
 
 from core.api import ERRORS, ErrorSerializer
 from core.memberships import tenant_for_request
-from retrieval import steering
 from retrieval.config import MAX_QUERY_CHARS
-from retrieval.pipeline import retrieval_filter
+from retrieval.filters import retrieval_filter
+from retrieval.walks import steering
 from retrieval.walks.selectors import fact_dict, facts_visible, walk_state
 
 

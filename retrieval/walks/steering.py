@@ -24,8 +24,10 @@ import contextvars
 import logging
 import threading
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
+from typing import Any
 
 from django.conf import settings
 from django.db import connections, transaction
@@ -39,6 +41,7 @@ from knowledge.services.leases import LeaseHeartbeat
 from knowledge.services.uploads import worker_id_default
 from retrieval import task_names
 from retrieval.config import MAX_QUERY_CHARS
+from retrieval.request import AnswerRequest
 from retrieval.walks.memory import fact_correct, walk_facts_retire
 from retrieval.walks.models import Fact, Walk
 from retrieval.walks.recorder import WalkRecorder, WalkTakenOver
@@ -93,11 +96,11 @@ def walk_start(*, tenant, user, question: str, pause_after: int | None = None, k
         # Until a process claims it: a walk whose launch was lost is launched again once this runs out.
         lease_expires_at=timezone.now() + timedelta(seconds=settings.KB_JOB_LEASE_S),
     )
-    transaction.on_commit(lambda: _launch(walk.pk, walk.tenant_id))
+    transaction.on_commit(lambda: _launch(walk.pk))
     return walk
 
 
-def _launch(walk_id: int, tenant_id: int) -> None:
+def _launch(walk_id: int) -> None:
     """Run the walk: a Celery task with a broker, a daemon thread of this process without one."""
     if not settings.CELERY_TASK_ALWAYS_EAGER:
         task_send(task_names.WALK_RUN, walk_id)
@@ -105,7 +108,7 @@ def _launch(walk_id: int, tenant_id: int) -> None:
 
     def run() -> None:
         try:
-            walk_execute(walk_id=walk_id, tenant_id=tenant_id)
+            task_send(task_names.WALK_RUN, walk_id)  # without a broker: the task, here, in this thread
         finally:
             connections.close_all()
 
@@ -113,19 +116,20 @@ def _launch(walk_id: int, tenant_id: int) -> None:
     threading.Thread(target=context.run, args=(run,), name=f"walk-{walk_id}", daemon=True).start()
 
 
-def walk_execute(*, walk_id: int, tenant_id: int | None = None, llm=None, worker_id: str | None = None) -> Walk:
+def walk_execute(
+    *, walk_id: int, answer: Callable[..., Any], tenant_id: int | None = None, llm=None, worker_id: str | None = None
+) -> Walk:
     """Run steered walk ``walk_id`` to its answer here (the task's and the thread's body).
 
     Claims the walk's lease first (``worker_id``: default this process and thread); a walk that
     ended, or that another live process holds, is left alone and returned as it is. Binds the
-    walk's tenant (row-level security), answers through the WalkingRAG pipeline with the walk's
-    recorder (``llm``: an ``LLMClient``; default the configured one), going on from its last
+    walk's tenant (row-level security), answers through the WalkingRAG pipeline with ``answer``
+    (``retrieval.pipeline.pipeline_answer``, passed in by the task: the pipeline imports this
+    package's stage, so this package does not import the pipeline) with the walk's recorder (``llm``: an ``LLMClient``; default the configured one), going on from its last
     round when an earlier process stopped mid-walk. A run that raises leaves the walk ``failed``
     with the error; the exception is logged, not raised."""
     if tenant_id is None:
         tenant_id = Walk.objects.values_list("tenant_id", flat=True).get(pk=walk_id)
-    from retrieval.pipeline import CONFIGURED, pipeline_answer
-
     worker_id = worker_id or f"{worker_id_default()}/{uuid.uuid4().hex[:8]}"
     with tenant_context(tenant_id):
         if not _claim(walk_id, tenant_id, worker_id):
@@ -135,14 +139,12 @@ def walk_execute(*, walk_id: int, tenant_id: int | None = None, llm=None, worker
             Walk, walk_id, worker_id, statuses=LIVE_STATUSES, around=partial(tenant_context, tenant_id)
         ):
             try:
-                pipeline_answer(
+                answer(
+                    AnswerRequest(question=walk.question, k=walk.k, pipeline="walkingrag"),
                     tenant=walk.tenant,
-                    question=walk.question,
-                    pipeline="walkingrag",
                     user=walk.user,
-                    k=walk.k,
-                    llm=CONFIGURED if llm is None else llm,
                     walk=WalkRecorder(walk, worker_id=worker_id),
+                    **({} if llm is None else {"llm": llm}),
                 )
             except WalkTakenOver:
                 logger.warning("Walk %s was taken over by another process; this run ends", walk_id)
@@ -192,12 +194,12 @@ def walks_recover(*, tenant_id: int | None = None, walk_ids: list[int] | None = 
     if walk_ids is not None:
         stale = stale.filter(pk__in=walk_ids)
     recovered = []
-    for walk_id, walk_tenant in stale.order_by("lease_expires_at").values_list("pk", "tenant_id")[:limit]:
+    for walk_id in stale.order_by("lease_expires_at").values_list("pk", flat=True)[:limit]:
         with transaction.atomic():
             held = now + timedelta(seconds=settings.KB_JOB_LEASE_S)
             if stale.filter(pk=walk_id).update(worker_id="", lease_expires_at=held):
                 recovered.append(walk_id)
-                transaction.on_commit(partial(_launch, walk_id, walk_tenant))
+                transaction.on_commit(partial(_launch, walk_id))
     if recovered:
         logger.warning("Walks whose process stopped, launched again: %s", recovered)
     return recovered

@@ -5,8 +5,8 @@ from django.core.management.base import CommandError
 
 from core.audit import OPERATOR_CLI, audit_actor
 from core.commands import TenantCommand
-from core.quotas import MB, QUOTA_BY_NAME, quota_set
-from retrieval.quotas import quota_usage
+from knowledge.quotas.limits import MB, QUOTA_BY_NAME, quota_set
+from knowledge.quotas.usage import quota_usage
 
 # Option -> (quota name, how many of the quota's unit one of the option's is).
 OPTIONS = {
@@ -31,11 +31,13 @@ class Command(TenantCommand):
         parser.add_argument("tenant", help="the tenant's slug")
         value = "N|default|unlimited"
         parser.add_argument("--documents", metavar=value, help="live documents")
-        parser.add_argument("--stored-mb", metavar=value, help="megabytes (MiB) of stored text, every version")
+        parser.add_argument(
+            "--stored-mb", metavar=value, help="megabytes (MiB) of stored text (every version) and original files"
+        )
         parser.add_argument("--chunks", metavar=value, help="body chunks of every stored version")
         parser.add_argument("--sources", metavar=value, help="sources of any kind")
         parser.add_argument("--syncs-per-day", metavar=value, help="sync runs started in 24 hours")
-        parser.add_argument("--llm-tokens-per-day", metavar=value, help="LLM tokens of answers in 24 hours")
+        parser.add_argument("--llm-tokens-per-day", metavar=value, help="LLM tokens of every LLM call in 24 hours")
         parser.add_argument("--json", action="store_true", help="print the changes and the usage as JSON")
 
     def handle(self, *args, **o):

@@ -1,11 +1,10 @@
-"""Admin of the tenants' quotas (``core.TenantQuota``): superusers only.
+"""Admin of the tenants' quotas (``knowledge.TenantQuota``): superusers only.
 
 Operators set a tenant's limits here or with ``manage.py quota``; every change is recorded in the
 audit log as ``quota.changed``. Tenant admins do not see this page at all, whatever their Django
 permissions: they read their usage against the limits on the portal's sources page and at
-``GET /api/v1/usage/``. It lives in ``retrieval`` (not ``core``) because the change page shows
-the tenant's usage, and this is the lowest layer that reads every quota's usage
-(``retrieval.quotas``).
+``GET /api/v1/usage/``. The change page shows the tenant's usage against each limit
+(``knowledge.quotas.usage.quota_usage``). Registered by importing it from ``knowledge.admin``.
 """
 
 from __future__ import annotations
@@ -14,9 +13,9 @@ from django.contrib import admin
 from django.utils.html import format_html, format_html_join
 
 from core.admin import SuperuserOnlyAdminMixin
-from core.models import TenantQuota
-from core.quotas import QUOTAS, quota_change_record
-from retrieval.quotas import quota_usage
+from knowledge.models import TenantQuota
+from knowledge.quotas.limits import QUOTAS, quota_change_record
+from knowledge.quotas.usage import quota_usage
 
 
 def _shown(limit: int | None) -> str:
@@ -25,7 +24,7 @@ def _shown(limit: int | None) -> str:
 
 @admin.register(TenantQuota)
 class TenantQuotaAdmin(SuperuserOnlyAdminMixin, admin.ModelAdmin):
-    """Superusers only: a tenant admin holding the core app's permissions must not raise their own limits."""
+    """Superusers only: a tenant admin holding the knowledge app's permissions must not raise their own limits."""
 
     list_display = ["tenant", *[f"limit_{q.name}" for q in QUOTAS], "updated_at"]
     list_select_related = ["tenant"]
