@@ -71,6 +71,7 @@ from retrieval.stages.themes import Themes
 from retrieval.state import RunState
 from retrieval.tracing import run_observed, trace_save
 from retrieval.types import QueryPlan, Step
+from retrieval.walks.recorder import RECORDER
 from retrieval.walks.stage import WalkingRAG
 
 # ---- the registry -------------------------------------------------------------------------------
@@ -324,8 +325,9 @@ def pipeline_answer(
         overrides=overrides,
         answering=True,
         emit=on_event,
-        walk=walk,
     )
+    if walk is not None:  # a steered walk's recorder, kept for the WalkingRAG stage
+        state.memo[RECORDER] = walk
     client = _llm_for(llm, state.request.use_llm)
     # The tenant's LLM tokens of the day (knowledge.quotas): over the limit, no LLM for this run.
     over_quota = _over_llm_quota(tenant=tenant, client=client)
@@ -340,8 +342,8 @@ def pipeline_answer(
     result = AnswerRun.of(state)
     if traced:
         result.trace_id = _trace_write(tenant=tenant, user=user, result=result)
-    if state.walk is not None:  # a WalkingRAG walk ends once its trace is written
-        state.walk.finish(trace_id=result.trace_id)
+    for finish in state.after_trace:  # e.g. a WalkingRAG walk ends once its trace is written
+        finish(result.trace_id)
     return result
 
 

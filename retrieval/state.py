@@ -78,9 +78,9 @@ class RunState:
     # Values a stage computes once per run and reads again (keyed by the stage's name), e.g. the
     # asker's personal signals or whether the tenant holds any duplicate.
     memo: dict[str, Any] = field(default_factory=dict)
-    # The walk a WalkingRAG stage records into (``retrieval.walks.recorder.WalkRecorder``): given
-    # for a steered walk, set by the stage for any other walk with an LLM; ``None`` otherwise.
-    walk: Any = None
+    # Called with the trace id (``None`` when untraced) once the answer's trace is written: what a
+    # stage ends after its run (a WalkingRAG walk, ``retrieval.walks.recorder``).
+    after_trace: list[Callable[[int | None], None]] = field(default_factory=list)
     # What the run calls from outside retrieval (signal rerankers, person hooks, memory retriever).
     registry: Registry = field(default_factory=registry_configured)
     started: float = field(default_factory=time.perf_counter)

@@ -65,6 +65,17 @@ class WalkTakenOver(Exception):
     """Another process runs the walk now: this one's lease ran out while it was still going."""
 
 
+# Where a run keeps its walk's recorder (``RunState.memo``): the WalkingRAG stage's own state.
+RECORDER = "walkingrag.recorder"
+
+
+def recorder_of(run) -> WalkRecorder | None:
+    """The ``WalkRecorder`` of ``run`` (a ``RunState``): given for a steered walk
+    (``pipeline_answer(walk=...)``), set by the stage for any other walk with an LLM; ``None``
+    otherwise."""
+    return run.memo.get(RECORDER)
+
+
 class WalkRecorder:
     """Keeps one walk's row, path and facts as the stage runs it (module docstring).
 

@@ -3,7 +3,7 @@ ask the LLM for the facts they hold and where to look next, decide whether the w
 
 A round is its own step (``walk.round1``, ``walk.round2``, ...) whose summary holds the queries,
 the chunks read and shown to the LLM, the facts, the new queries and the stop reason; with a
-``WalkRecorder`` (``RunState.walk``) the round is kept too (``retrieval.walks.recorder``).
+``WalkRecorder`` (``recorder_of(run)``) the round is kept too (``retrieval.walks.recorder``).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from retrieval.types import SearchResult
 from retrieval.walks.config import WalkConfig
 from retrieval.walks.extraction import Fact, RoundResult, facts_extract
 from retrieval.walks.reading import chunk_passage, chunks_read
+from retrieval.walks.recorder import recorder_of
 
 
 @dataclass
@@ -137,7 +138,7 @@ def _facts_take(run, walk: WalkProgress, outcome: RoundResult, step) -> tuple[li
 def _round_record(run, walk: WalkProgress, queries, origins, found, facts, next_queries, summary: dict) -> None:
     """Keep the round with the run's ``WalkRecorder``, if any: its path (which query found which
     chunks, led by which facts) and its facts, whose stored ids then show in ``summary``."""
-    recorder = run.walk
+    recorder = recorder_of(run)
     if recorder is None:
         return
     recorder.round_done(

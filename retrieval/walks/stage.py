@@ -32,7 +32,7 @@ queries and the stop reason, so a streaming caller sees each round as it ends.
 
 Every walk with an LLM is kept (``retrieval.walks``): a ``Walk`` row, one ``WalkStep`` per query
 (the path: which query found which chunks, which facts led to it, the false starts) and its facts
-as memory with their chunk and version. A steered walk (``run.walk``, started through the walks
+as memory with their chunk and version. A steered walk (its recorder given to the run, started through the walks
 API) may pause after a round; the person's edits (question, facts removed or corrected, queries
 added or removed) come back as a ``walk.steeredN`` step and the walk goes on from them: a removed
 fact is not used, an added query is searched, and a person's query restarts a walk that would
@@ -55,7 +55,7 @@ from retrieval.types import Passage, QueryPlan, SearchResult
 from retrieval.walks.config import WalkConfig
 from retrieval.walks.extraction import Fact
 from retrieval.walks.reading import answer_passages, bridge_entities, chunks_read, entity_hop
-from retrieval.walks.recorder import WalkRecorder
+from retrieval.walks.recorder import RECORDER, WalkRecorder, recorder_of
 from retrieval.walks.rounds import WalkProgress, walk_round
 from retrieval.walks.selectors import chunks_visible
 
@@ -97,17 +97,20 @@ class WalkingRAG(Stage):
         return self.answer(run, walk, passages)
 
     def walk_begin(self, run) -> WalkProgress:
-        """The walk at its start: from the question, with a ``WalkRecorder`` on ``run.walk``
+        """The walk at its start: from the question, with a ``WalkRecorder`` (``recorder_of(run)``)
         whenever there is an LLM (every walk keeps its facts and path). Without an LLM its one
         round has run already; a walk whose process stopped goes on where it was (``resume``),
         and if it stood paused it waits for the person first."""
         question = run.request.question
         walk = WalkProgress(question=question, queries=[question], origins={question: "question"})
-        if run.walk is None and run.llm is not None:
-            run.walk = WalkRecorder.for_run(run)
+        recorder = recorder_of(run)
+        if recorder is None and run.llm is not None:
+            recorder = run.memo[RECORDER] = WalkRecorder.for_run(run)
+        if recorder is not None:  # the walk ends once the run's trace is written
+            run.after_trace.append(lambda trace_id: recorder.finish(trace_id=trace_id))
         if run.llm is None:
             self.round_without_llm(run, walk)
-        elif run.walk is not None:
+        elif recorder is not None:
             self.resume_stopped(run, walk)
         walk.led_by = [f.id for f in walk.facts if f.round == walk.rounds and f.id is not None]
         return walk
@@ -118,8 +121,8 @@ class WalkingRAG(Stage):
         walk.asked.append(walk.question)
         found: dict[str, list[int]] = {}
         walk.stop_reason = self.walk_without_llm(run, walk.seen, found)
-        if run.walk is not None:
-            run.walk.round_done(
+        if recorder_of(run) is not None:
+            recorder_of(run).round_done(
                 round=1,
                 queries=[walk.question],
                 origins={},
@@ -150,7 +153,7 @@ class WalkingRAG(Stage):
     def resume_stopped(self, run, walk: WalkProgress) -> None:
         """Go on from the recorded rounds of a walk whose process stopped, if any (``resume``);
         when it stood paused, wait for the person's steering and apply it (``steer``)."""
-        recorder = run.walk
+        recorder = recorder_of(run)
         resumed = recorder.resumed(visible=lambda ids: chunks_visible(where=run.where, chunk_ids=ids))
         if resumed is None:
             return
@@ -193,9 +196,10 @@ class WalkingRAG(Stage):
         """After a round: let the recorder pause the walk for a person (steered walks) and apply
         what the person did (``steer``); the time paused is not the walk's budget. Nothing after
         an LLM failure or without a recorder."""
-        if run.walk is None or walk.stop_reason == "llm_failed":
+        recorder = recorder_of(run)
+        if recorder is None or walk.stop_reason == "llm_failed":
             return
-        steering = run.walk.checkpoint(
+        steering = recorder.checkpoint(
             round=walk.rounds, facts=walk.facts, next_queries=walk.queries, stop_reason=walk.stop_reason
         )
         if steering is not None:
@@ -272,15 +276,15 @@ class WalkingRAG(Stage):
                 "spent_ms": round((time.perf_counter() - walk.started) * 1000, 2),
                 "spent_usd": round(run.usage.cost_usd, 6),
             }
-            if run.walk is not None:
-                step.summary["walk_id"] = run.walk.walk.pk
+            if recorder_of(run) is not None:
+                step.summary["walk_id"] = recorder_of(run).walk.pk
         return passages
 
     def answer(self, run, walk: WalkProgress, passages: list[Passage]):
         """Write the answer from ``passages`` (the ``generate`` stage), keep it with the walk, and
         leave every chunk read as the run's results (reading order) and the walk's queries as
         its plan's notes; the run."""
-        recorder = run.walk
+        recorder = recorder_of(run)
         run.search_ms = run.elapsed_ms()
         run.passages = passages
         run = self.generate.run(run)
