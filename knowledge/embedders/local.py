@@ -133,6 +133,11 @@ class LocalSentenceEmbedder(QueryCacheMixin):
         model_dir = model.model_dir()
         if backend == "torch":
             from sentence_transformers import SentenceTransformer
+            from transformers.utils import logging as transformers_logging
+
+            # Loading a model from its local folder is no download to watch: transformers 5 shows
+            # a "Loading weights" progress bar on stderr for every process that embeds.
+            transformers_logging.disable_progress_bar()
 
             if self.threads:
                 import torch
