@@ -11,11 +11,15 @@ it as keyword arguments: they are not part of the question.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import date
+from typing import TYPE_CHECKING
 
 from core.errors import InvalidInput
 from knowledge.selectors import source_ids_for_names
+
+if TYPE_CHECKING:
+    from retrieval.schema import PipelineSpec
 
 
 def _ints(values) -> tuple[int, ...] | None:
@@ -53,7 +57,7 @@ class AnswerRequest:
 
     question: str
     k: int | None = None
-    pipeline: object = None
+    pipeline: str | PipelineSpec | None = None
     mode: str | None = None
     strategy: str | None = None
     window_size: int | None = None
@@ -90,6 +94,3 @@ class AnswerRequest:
         see, is ``InvalidInput`` with code ``unknown_source``
         (``knowledge.selectors.source_ids_for_names``): before anything runs."""
         return cls(source_ids=source_ids_for_names(tenant=tenant, names=list(sources or ()), user=user), **values)
-
-
-REQUEST_FIELDS = tuple(f.name for f in fields(AnswerRequest))
