@@ -10,7 +10,7 @@ checks that refuse an action over a limit (``docs/quotas.md``).
   run before a write (``quota_check``, ``quota_check_early``, ``sync_quota_check``,
   ``sync_quota_exhausted``) and every quota of a tenant together (``quota_usage``, ``QuotaUsage``);
 - ``meter``: the LLM tokens at work: ``TenantLLMMeter``, the meter ``llm.metering`` binds to a
-  tenant's work (``llm_meter_for``, registered by ``KnowledgeConfig.ready``), which refuses an LLM
+  tenant's work (``llm_meter_for``, named in the settings as ``KB_LLM_METER``), which refuses an LLM
   call over the limit and writes one ``LLMUsage`` row per call; ``llm_quota_get`` and
   ``llm_quota_error`` for callers that plan LLM work (the answer pipeline, judgment lists);
 - ``admin``: the superusers' admin of ``TenantQuota`` (registered from ``knowledge.admin``);

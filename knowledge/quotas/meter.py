@@ -8,7 +8,7 @@ gate's and evaluations' runs, judgment lists, enrichment, summaries. Each call i
 ``knowledge.quotas.usage.llm_tokens_used``.
 
 ``TenantLLMMeter`` is the meter ``llm.metering`` binds to a tenant's work (``llm_meter_for`` is
-its factory, registered by ``KnowledgeConfig.ready``): every ``LLMClient`` call made inside
+its factory, named in the settings as ``KB_LLM_METER``): every ``LLMClient`` call made inside
 ``llm_metered`` is refused before it is sent (``LLMQuotaExceeded``, which every caller degrades
 on: the pipelines' LLM-free stages, extractive summaries, enrichment without questions) once the
 tenant's tokens of the last 24 hours reached its limit, and is recorded after it. An answer run
@@ -118,5 +118,5 @@ class TenantLLMMeter:
 
 
 def llm_meter_for(*, tenant: int, purpose: str) -> TenantLLMMeter:
-    """The meter ``llm.metering.llm_metered`` binds (its factory, set in ``KnowledgeConfig.ready``)."""
+    """The meter ``llm.metering.llm_metered`` binds (its factory, named in the settings as ``KB_LLM_METER``)."""
     return TenantLLMMeter(tenant=tenant, purpose=purpose)
