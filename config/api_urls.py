@@ -4,6 +4,7 @@ from django.urls import include, path
 
 from core.audit_apis import AuditEventListApi
 from knowledge.apis import DocumentDetailApi, DocumentListApi, JobDetailApi
+from knowledge.figure_apis import DocumentFigureApi
 from knowledge.quotas.apis import UsageApi
 from knowledge.source_apis import (
     SourceDetailApi,
@@ -32,6 +33,11 @@ app_name = "api"
 urlpatterns = [
     path("documents/", DocumentListApi.as_view(), name="document-list"),
     path("documents/<int:document_id>/", DocumentDetailApi.as_view(), name="document-detail"),
+    path(
+        "documents/<int:document_id>/versions/<int:number>/figures/<int:index>.png",
+        DocumentFigureApi.as_view(),
+        name="document-figure",
+    ),
     path("jobs/<int:job_id>/", JobDetailApi.as_view(), name="job-detail"),
     path("sources/", SourceListApi.as_view(), name="source-list"),
     path("sources/<int:source_id>/", SourceDetailApi.as_view(), name="source-detail"),

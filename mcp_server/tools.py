@@ -180,6 +180,7 @@ CITATION_KEYS = (
     "page_end",
     "text",
     "update",
+    "figures",
 )
 
 
@@ -191,7 +192,10 @@ def ask_run(
     title, section and paragraph, leads an extractive answer), ``answer``
     (the explanation with ``[n]`` markers), ``citations`` (``n``, document, ``version``,
     ``version_date``, ``chunk_id``, ``page``/``page_end`` (``None`` without pages), the passage
-    ``text``), ``found``, ``mode`` (llm or extractive),
+    ``text``, ``figures``: the figures the passage holds, ``{"index", "caption", "page", "url"}``,
+    ``url`` the API path of the figure's picture, which the same ``Bearer`` token may GET; ``[]``
+    for none),
+    ``found``, ``mode`` (llm or extractive),
     ``pipeline``, ``degraded`` and ``degraded_reason`` (answered without the LLM, e.g. over the
     tenant's daily LLM tokens), ``trace_id``, and ``conversation_id`` and ``turn`` when the answer
     was kept (members; send ``conversation`` back for a follow-up), ``syncing`` (sources still
@@ -356,7 +360,9 @@ TOOLS: dict[str, ToolSpec] = {
             title="Ask the knowledge base",
             description=(
                 "Answer a question from the team's documents you may see: a short answer, then an explanation "
-                "whose sentences cite passages as [n], with the citations (document, version, date, page, text). "
+                "whose sentences cite passages as [n], with the citations (document, version, date, page, text, "
+                "figures: the figures a passage holds, each with its caption, page and the URL of its PNG, "
+                "which your token may GET from this server with the same Authorization header). "
                 "degraded is true when the answer was made without the language model. The answer is kept in "
                 "your conversation: pass its conversation_id as conversation to ask a follow-up."
             ),

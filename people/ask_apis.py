@@ -49,6 +49,21 @@ def ask_request(data: dict, *, tenant, user) -> AnswerRequest:
     )
 
 
+@extend_schema_serializer(component_name="CitationFigure")
+class CitationFigureSerializer(serializers.Serializer):
+    """A figure the cited passage holds (a PDF figure, or a picture of a .docx, .pptx or .odt)."""
+
+    index = serializers.IntegerField(help_text="Its place in the document version's figure list.")
+    caption = serializers.CharField(help_text="Its caption (else an office picture's alternative or OCR text).")
+    page = serializers.IntegerField(
+        allow_null=True, help_text="The page (1-based) it is on; a presentation's slide; null without one."
+    )
+    url = serializers.CharField(
+        help_text="Its picture, a PNG (an absolute path: GET /api/v1/documents/<id>/versions/<n>/figures/"
+        "<index>.png with the same token; 404 to a caller who may not see the document)."
+    )
+
+
 class AskApi(APIView):
     """Answer a question from the tenant's documents, citing passages as ``[n]``."""
 
@@ -87,6 +102,9 @@ class AskApi(APIView):
             also_in = serializers.ListField(child=serializers.DictField(), required=False)
             near_duplicates = serializers.ListField(child=serializers.DictField(), required=False)
             update = serializers.CharField(required=False)
+            figures = CitationFigureSerializer(
+                many=True, help_text="The figures the cited passage holds, with their pictures' URLs; [] for none."
+            )
 
         class SentenceSerializer(serializers.Serializer):
             text = serializers.CharField(help_text="The sentence, its [n] markers removed.")

@@ -14,7 +14,10 @@ whichever way it comes in:
   impersonally and not kept;
 - the run itself is ``retrieval.pipeline.pipeline_answer``: its pipeline, trace, LLM quota (over
   the tenant's LLM tokens of the day the answer is made without the LLM, ``degraded``) and
-  personalization.
+  personalization;
+- each citation carries the figures its passage holds (``citation_figures``: a PDF figure or an
+  office file's picture, with the API URL of its picture), found once for the whole answer under
+  the asker's access rules.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from core.errors import PermissionDenied
 from core.replicas import replica_reads
+from knowledge.figure_apis import figure_api_url
+from knowledge.figures import passage_figures_get
 from knowledge.selectors import sources_syncing
 from people.conversations import conversation_ask
 from retrieval.pipeline import CONFIGURED, pipeline_answer
@@ -61,7 +66,8 @@ def ask(
 
     Returns the ``AnswerRun`` (``as_dict()`` is the ask API's JSON); ``conversation_id`` and
     ``turn`` are set when the answer was kept; ``syncing`` names the sources (of those ``user`` may
-    see) still syncing, whose documents the answer may lack.
+    see) still syncing, whose documents the answer may lack; ``figures`` holds each cited
+    passage's figures (``citation_figures``).
 
     Errors (``core.errors``, each with a stable code): ``InvalidInput`` for a bad question or
     option, ``NotFound`` for a conversation that is not the user's in this tenant,
@@ -102,4 +108,38 @@ def _answer(request: AnswerRequest, *, tenant, user, **run_options) -> AnswerRun
     else:
         run = conversation_ask(request, tenant=tenant, user=user, **run_options)
     run.syncing = sources_syncing(tenant=tenant, user=user)
+    run.figures = citation_figures(run, tenant=tenant, user=user)
     return run
+
+
+def citation_figures(run: AnswerRun, *, tenant: Tenant, user) -> dict[int, list[dict]]:
+    """The figures each of ``run``'s cited passages holds, by citation number (citations without
+    any are left out): ``{"index" (its place in the document's figure list), "caption", "page"
+    (1-based; a .pptx's slide; ``None`` without one), "url" (its picture's API path,
+    ``knowledge.figure_apis.DocumentFigureApi``)}``, as ``knowledge.figures.passage_figures_get``
+    finds them for ``user`` (``None``: an operator, no user-level rules): a figure of the cited
+    version when it is its document's current one and its picture can be had. At most three
+    queries for the whole answer, none when no cited passage holds a figure's line."""
+    cited = {
+        c.n: {
+            "n": c.n,
+            "document_id": c.passage.document.pk,
+            "version": c.passage.version.number,
+            "kind": c.passage.anchor.kind,
+            "text": c.passage.text,
+        }
+        for c in run.answer.citations
+    }
+    found = passage_figures_get(tenant=tenant, user=user, citations=list(cited.values()))
+    return {
+        n: [
+            {
+                "index": figure.index,
+                "caption": figure.caption,
+                "page": figure.page,
+                "url": figure_api_url(cited[n]["document_id"], cited[n]["version"], figure.index),
+            }
+            for figure in figures
+        ]
+        for n, figures in found.items()
+    }

@@ -12,32 +12,26 @@ for a PDF figure, or to the document page at the cited chunk for a picture of an
 
 The picture follows the document's access rules exactly as its original does (``portal.viewer``):
 a document of another tenant, one the member may not see, a version it does not have or a figure
-it does not have is a 404 like a missing one (an office picture too, though it has no original). Browsers may keep it for ``MAX_AGE_S`` (``private``:
-no shared cache), and revalidate it by its ``ETag``. Served from the site itself, it is what the
-Content-Security-Policy's ``img-src 'self'`` allows.
+it does not have is a 404 like a missing one (an office picture too, though it has no original).
+Browsers may keep it for an hour (``private``: no shared cache), and revalidate it by its ``ETag``
+(``knowledge.figure_apis.figure_png_response``, which the API's picture sends too). Served from
+the site itself, it is what the Content-Security-Policy's ``img-src 'self'`` allows.
 """
 
 from __future__ import annotations
 
-import hashlib
-import logging
-
-from django.http import Http404, HttpResponse, HttpResponseNotModified
+from django.http import Http404
 from django.urls import reverse
-from django.utils.cache import patch_cache_control
 from django.views.decorators.http import require_GET
 
-from core.errors import ApplicationError, InvalidInput, NotFound
+from core.errors import ApplicationError, NotFound
 from core.memberships import tenant_for_request
 from core.replicas import replica_reads
-from knowledge.figures import Figure, figure_image_get, passage_figures_get
+from knowledge.figure_apis import figure_png_get, figure_png_response
+from knowledge.figures import Figure, passage_figures_get
 from portal.decorators import tenant_required
 from portal.viewer import document_text_url, viewer_url
 
-logger = logging.getLogger(__name__)
-
-# How long a browser may show a figure's picture without asking again (seconds).
-MAX_AGE_S = 3600
 # The thumbnail's box in CSS pixels: this wide, at most this tall (the picture keeps its shape).
 THUMBNAIL_WIDTH_PX = 160
 THUMBNAIL_MAX_HEIGHT_PX = 200
@@ -88,22 +82,11 @@ def figure_image(request, tenant, document_id: int, number: int, index: int):
     """Figure ``index``'s picture of version ``number`` of the document, a PNG (module docstring).
     404 for a document the member may not see, a version or figure it does not have, a figure
     whose picture is not kept and whose version has no kept original, or an original that cannot
-    be rendered; 304 when the browser's
-    ``If-None-Match`` names the picture it holds."""
+    be rendered; 304 when the browser's ``If-None-Match`` names the picture it holds. The API's
+    ``knowledge.figure_apis.DocumentFigureApi`` sends the same response to token clients."""
+    where = {"document_id": document_id, "number": number, "index": index}
     try:
-        png = figure_image_get(tenant=tenant, user=request.user, document_id=document_id, number=number, index=index)
+        png = figure_png_get(tenant=tenant, user=request.user, **where)
     except NotFound as exc:
         raise Http404(exc.message) from exc
-    except InvalidInput as exc:
-        logger.warning("Figure %s of document %s, version %s, was not rendered: %s", index, document_id, number, exc)
-        raise Http404("That figure cannot be shown.") from exc
-    etag = f'"{hashlib.sha256(png).hexdigest()[:32]}"'
-    if etag in [tag.strip() for tag in request.headers.get("If-None-Match", "").split(",")]:
-        response = HttpResponseNotModified()
-    else:
-        response = HttpResponse(png, content_type="image/png")
-        response["Content-Disposition"] = f'inline; filename="document-{document_id}-v{number}-figure-{index}.png"'
-    response["ETag"] = etag
-    response["X-Content-Type-Options"] = "nosniff"
-    patch_cache_control(response, private=True, max_age=MAX_AGE_S)  # a member's picture: no shared cache
-    return response
+    return figure_png_response(request, png, **where)

@@ -72,6 +72,9 @@ class AnswerRun:
     # Set by ``people.asking``: names of the sources still syncing when the question was answered
     # (``knowledge.selectors.sources_syncing``); the answer may lack what they will bring.
     syncing: list[str] = field(default_factory=list)
+    # Set by ``people.asking``: the figures each cited passage holds, by citation number, each
+    # ``{"index", "caption", "page", "url"}`` (``people.asking.citation_figures``); none when unset.
+    figures: dict[int, list[dict]] = field(default_factory=dict)
 
     @property
     def pipeline(self) -> str:
@@ -104,9 +107,12 @@ class AnswerRun:
 
     def as_dict(self) -> dict:
         """The API/CLI shape: the answer's fields plus pipeline, trace_id, degraded, steps, usage,
-        scores and ``syncing`` (source names still syncing; empty when all are in)."""
+        scores and ``syncing`` (source names still syncing; empty when all are in); each citation
+        has its ``figures`` (``[]`` for none)."""
+        answer = self.answer.as_dict()
+        answer["citations"] = [{**c, "figures": self.figures.get(c["n"], [])} for c in answer["citations"]]
         return {
-            **self.answer.as_dict(),
+            **answer,
             "pipeline": self.pipeline,
             "trace_id": self.trace_id,
             "degraded": self.degraded,
