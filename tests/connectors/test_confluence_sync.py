@@ -4,10 +4,9 @@ a restricted page only while its restriction names them."""
 
 import pytest
 
-from knowledge.services.sources import source_create
 from knowledge.services.sync import source_sync
 from tests.connectors.helpers import member, search_titles, visible_titles
-from tests.connectors.standins.confluence import ConfluenceStandIn
+from tests.connectors.samples import SAMPLES
 from tests.factories import TenantFactory
 
 pytestmark = pytest.mark.django_db
@@ -32,24 +31,7 @@ def confluence():
     """ENG (the engineering group: Alice, Bob) with a deploy guide (a comment, a runbook) and a
     roadmap restricted to Alice; COMPANY (confluence-users: everyone) with a holiday calendar; HR
     (Carol alone) with the salary bands."""
-    with ConfluenceStandIn() as standin:
-        standin.user("a1", "Alice Archer", "alice@example.com")
-        standin.user("b1", "Bob Baker", "bob@example.com")
-        standin.user("c1", "Carol Chen", "carol@example.com")
-        standin.group("g-eng", "engineering", ["a1", "b1"])
-        standin.group("g-all", "confluence-users", ["a1", "b1", "c1"])
-        standin.space("ENG", "Engineering", groups=["g-eng"])
-        standin.space("COMPANY", "Company", groups=["g-all"])
-        standin.space("HR", "Human Resources", users=["c1"])
-        standin.deploy = standin.page("ENG", DEPLOY, "<p>Deploy the payment service with the blue-green switch.</p>")
-        standin.comment(standin.deploy, "<p>Check the canary dashboards before switching.</p>", by="b1")
-        standin.attachment(
-            standin.deploy, RUNBOOK, b"# Runbook\n\nPage the storage team on disk alerts.", "text/markdown"
-        )
-        standin.roadmap = standin.page("ENG", ROADMAP, "<p>We enter the Mars market with reusable rockets.</p>")
-        standin.restrict(standin.roadmap, users=["a1"])
-        standin.holidays = standin.page("COMPANY", HOLIDAYS, "<p>The office is closed on the winter holidays.</p>")
-        standin.salaries = standin.page("HR", SALARIES, "<p>Salary bands per engineering level.</p>")
+    with SAMPLES["confluence"].running() as standin:
         yield standin
 
 
@@ -60,14 +42,7 @@ def tenant():
 
 @pytest.fixture
 def source(tenant, confluence):
-    return source_create(
-        tenant=tenant,
-        name="team-wiki",
-        kind="confluence",
-        location=confluence.site,
-        secret=confluence.token,
-        options={"cloud": True},
-    )
+    return SAMPLES["confluence"].source(tenant, confluence)
 
 
 def test_the_first_sync_brings_every_page_in_and_maps_who_may_read_it(tenant, source):
@@ -143,25 +118,3 @@ def test_a_page_restricted_and_a_member_removed_from_a_group_are_followed_by_a_p
     assert HOLIDAYS in visible_titles(tenant, bob)
     assert DEPLOY not in search_titles(tenant, bob, "blue-green switch")
     assert visible_titles(tenant, bob) == {HOLIDAYS}
-
-
-def test_a_rate_limited_sync_waits_and_completes(tenant, confluence, source):
-    confluence.fail_next(429, retry_after=1)
-
-    run = source_sync(source=source)
-
-    assert run.status == "done", run.error
-    assert run.counts()["new"] == 5
-    assert confluence.requests[0] == confluence.requests[1]  # the rate-limited request, tried again
-
-
-def test_a_revoked_token_fails_the_run_clearly_and_deletes_nothing(tenant, confluence, source):
-    alice = member(tenant, "alice@example.com")
-    assert source_sync(source=source).status == "done"
-    confluence.revoke()
-
-    run = source_sync(source=source)
-
-    assert run.status == "failed"
-    assert "HTTP 401" in run.error and "new token" in run.error
-    assert visible_titles(tenant, alice) == {DEPLOY, RUNBOOK, ROADMAP, HOLIDAYS}

@@ -3,7 +3,7 @@ Directory API, through the real google-api-python-client and google-auth."""
 
 import pytest
 
-from knowledge.connectors.base import PUBLIC, CredentialRejected, Permission
+from knowledge.connectors.base import PUBLIC, CredentialRejected, Permission, SourceUnreachable
 from knowledge.connectors.services import gdrive, service_connector
 from tests.connectors.standins.gdrive import DriveStandIn, company
 from tests.factories import SourceFactory, TenantFactory
@@ -284,3 +284,13 @@ def test_a_key_that_is_not_a_service_account_file_is_refused_clearly(drive):
 
 def test_check_says_who_the_account_acts_as_and_what_it_sees(drive):
     assert connector(drive).check() == "Google Drive as admin@example.com: 1 shared drive, 7 readable files"
+
+
+def test_a_location_at_a_private_address_is_refused_and_never_contacted(drive, settings):
+    settings.KB_FETCH_ALLOWED_NETWORKS = []
+
+    with pytest.raises(SourceUnreachable, match="address not allowed"):
+        connector(drive).check()
+    with pytest.raises(SourceUnreachable, match="address not allowed"):
+        list(connector(drive).changes({}))
+    assert drive.requests == []  # neither the token endpoint nor Drive itself

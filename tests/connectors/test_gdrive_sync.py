@@ -4,10 +4,9 @@ with them (directly, through a Google group, or through the shared drive they ar
 
 import pytest
 
-from knowledge.services.sources import source_create
 from knowledge.services.sync import source_sync
 from tests.connectors.helpers import member, search_titles, visible_titles
-from tests.connectors.standins.gdrive import DriveStandIn, company
+from tests.connectors.samples import SAMPLES
 from tests.factories import TenantFactory
 
 pytestmark = pytest.mark.django_db
@@ -24,8 +23,8 @@ def _loopback(settings):
 
 @pytest.fixture
 def drive():
-    with DriveStandIn() as standin:
-        standin.ids = company(standin)
+    """The gdrive sample (``tests/connectors/samples.py``)."""
+    with SAMPLES["gdrive"].running() as standin:
         yield standin
 
 
@@ -36,14 +35,7 @@ def tenant():
 
 @pytest.fixture
 def source(tenant, drive):
-    return source_create(
-        tenant=tenant,
-        name="company-drive",
-        kind="gdrive",
-        location=drive.url,
-        secret=drive.secret,
-        options={"subject": "admin@example.com", "directory": True},
-    )
+    return SAMPLES["gdrive"].source(tenant, drive)
 
 
 def test_the_first_sync_brings_every_file_in_and_only_its_readers_find_a_restricted_one(tenant, source):
@@ -131,25 +123,3 @@ def test_a_member_who_leaves_a_google_group_no_longer_finds_its_files(tenant, dr
     assert run.status == "done", run.error
     assert "Board deck" not in visible_titles(tenant, carol)
     assert "Board deck" in visible_titles(tenant, dave)
-
-
-def test_a_rate_limited_sync_waits_and_completes(tenant, drive, source):
-    drive.fail_next(429, retry_after=1)
-
-    run = source_sync(source=source)
-
-    assert run.status == "done", run.error
-    assert run.counts()["new"] == 7
-    assert drive.requests[0] == drive.requests[1]  # the rate-limited request, tried again
-
-
-def test_a_revoked_key_fails_the_run_clearly_and_deletes_nothing(tenant, drive, source):
-    alice = member(tenant, "alice@example.com")
-    assert source_sync(source=source).status == "done"
-    drive.revoke()
-
-    run = source_sync(source=source)
-
-    assert run.status == "failed"
-    assert "refused the service account's key" in run.error and "Nothing" in run.error
-    assert visible_titles(tenant, alice) == PUBLIC_TITLES | ENGINEERING | {"Salary bands"}

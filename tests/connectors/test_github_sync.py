@@ -4,10 +4,9 @@ collaborators."""
 
 import pytest
 
-from knowledge.services.sources import source_create
 from knowledge.services.sync import source_sync
 from tests.connectors.helpers import member, search_titles, visible_titles
-from tests.connectors.standins.github import GitHubStandIn
+from tests.connectors.samples import SAMPLES
 from tests.factories import TenantFactory
 
 pytestmark = pytest.mark.django_db
@@ -27,15 +26,7 @@ def _loopback(settings):
 def github():
     """acme/handbook (public) and acme/secret (private: Alice, and Bob, whose address only the
     source's ``emails`` option knows)."""
-    with GitHubStandIn() as standin:
-        standin.add_user("alice", "alice@example.com")
-        standin.add_user("carol", "carol@example.com")
-        standin.add_repo("acme/handbook", visibility="public", collaborators=["alice", "carol"])
-        standin.add_repo("acme/secret", visibility="private", collaborators=["alice", "bob"])
-        standin.onboarding = standin.add_issue("acme/handbook", "Onboarding checklist", "New hires get a laptop.")
-        standin.comment("acme/handbook", standin.onboarding, "Add the VPN setup to the checklist.", author="carol")
-        standin.typo = standin.add_issue("acme/handbook", "Fix typo in onboarding", "Small wording fix.", pull=True)
-        standin.plans = standin.add_issue("acme/secret", "Acquisition of Globex", "The board agreed to buy Globex.")
+    with SAMPLES["github"].running() as standin:
         yield standin
 
 
@@ -46,10 +37,7 @@ def tenant():
 
 @pytest.fixture
 def source(tenant, github):
-    options = {"repositories": ["acme/handbook", "acme/secret"], "emails": {"bob": "bob@example.com"}}
-    return source_create(
-        tenant=tenant, name="team-github", kind="github", location=github.url, secret=github.token, options=options
-    )
+    return SAMPLES["github"].source(tenant, github)
 
 
 def test_the_first_sync_brings_every_issue_in_and_only_collaborators_find_a_private_one(tenant, source):
@@ -129,25 +117,3 @@ def test_issues_of_a_repository_whose_collaborators_cannot_be_read_are_for_admin
     assert PLANS not in visible_titles(tenant, alice)
     assert PLANS in visible_titles(tenant, admin)
     assert ONBOARDING in visible_titles(tenant, alice)
-
-
-def test_a_rate_limited_sync_waits_and_completes(tenant, github, source):
-    github.fail_next(429, retry_after=1)
-
-    run = source_sync(source=source)
-
-    assert run.status == "done", run.error
-    assert run.counts()["new"] == 3
-    assert github.requests[0] == github.requests[1]  # the rate-limited request, tried again
-
-
-def test_a_revoked_token_fails_the_run_clearly_and_deletes_nothing(tenant, github, source):
-    alice = member(tenant, "alice@example.com")
-    assert source_sync(source=source).status == "done"
-    github.revoke()
-
-    run = source_sync(source=source)
-
-    assert run.status == "failed"
-    assert "HTTP 401" in run.error and "new token" in run.error
-    assert visible_titles(tenant, alice) == {ONBOARDING, TYPO, PLANS}

@@ -4,10 +4,9 @@ them browse it."""
 
 import pytest
 
-from knowledge.services.sources import source_create
 from knowledge.services.sync import source_sync
 from tests.connectors.helpers import member, search_titles, visible_titles
-from tests.connectors.standins.jira import JiraStandIn
+from tests.connectors.samples import SAMPLES
 from tests.factories import TenantFactory
 
 pytestmark = pytest.mark.django_db
@@ -27,21 +26,7 @@ def _loopback(settings):
 def jira():
     """ENG (every Jira user browses it) and SEC (the Developers role, Alice, and the
     security-team group, Carol)."""
-    with JiraStandIn() as standin:
-        standin.user("alice", "Alice Archer", "alice@example.com")
-        standin.user("bob", "Bob Baker", "bob@example.com")
-        standin.user("carol", "Carol Chen", "carol@example.com")
-        standin.group("security-team", "carol")
-        standin.project("ENG", "Engineering")
-        standin.project("SEC", "Security", browse=[("projectRole", "10002"), ("group", "security-team")])
-        standin.role("SEC", "10002", "Developers", users=["alice"])
-        standin.issue("ENG", "Login page times out on slow networks", "Users on 3G see a timeout.", reporter="bob")
-        standin.comment("ENG-1", "alice", "The proxy closes idle connections after 30 seconds.")
-        standin.tick()
-        standin.issue("ENG", "Upgrade the billing database", "Move the billing database to PostgreSQL 17.")
-        standin.tick()
-        standin.issue("SEC", "Rotate the signing keys", "The zeppelin vault keeps the signing keys.", reporter="carol")
-        standin.tick(5)
+    with SAMPLES["jira"].running() as standin:
         yield standin
 
 
@@ -52,7 +37,7 @@ def tenant():
 
 @pytest.fixture
 def source(tenant, jira):
-    return source_create(tenant=tenant, name="team-jira", kind="jira", location=jira.url, secret=jira.token)
+    return SAMPLES["jira"].source(tenant, jira)
 
 
 def test_the_first_sync_brings_every_issue_in_and_only_those_who_may_browse_find_a_restricted_one(tenant, source):
@@ -123,25 +108,3 @@ def test_a_member_removed_from_the_project_role_no_longer_finds_its_issues(tenan
     assert KEYS not in search_titles(tenant, alice, "zeppelin vault signing keys")
     assert KEYS not in visible_titles(tenant, alice)
     assert KEYS in visible_titles(tenant, carol)  # still in the security-team group
-
-
-def test_a_rate_limited_sync_waits_and_completes(tenant, jira, source):
-    jira.fail_next(429, retry_after=1)
-
-    run = source_sync(source=source)
-
-    assert run.status == "done", run.error
-    assert run.counts()["new"] == 3
-    assert jira.requests[0] == jira.requests[1]  # the rate-limited request, sent again
-
-
-def test_a_revoked_token_fails_the_run_clearly_and_deletes_nothing(tenant, jira, source):
-    alice = member(tenant, "alice@example.com")
-    assert source_sync(source=source).status == "done"
-    jira.revoke()
-
-    run = source_sync(source=source)
-
-    assert run.status == "failed"
-    assert "revoked or has expired" in run.error and "new token" in run.error
-    assert visible_titles(tenant, alice) == {LOGIN, UPGRADE, KEYS}

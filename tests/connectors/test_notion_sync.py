@@ -5,10 +5,10 @@ unshared from the integration."""
 
 import pytest
 
-from knowledge.services.sources import source_create
 from knowledge.services.sync import source_sync
 from tests.connectors.helpers import member, search_titles, visible_titles
-from tests.connectors.standins.notion import NotionStandIn, paragraph
+from tests.connectors.samples import SAMPLES
+from tests.connectors.standins.notion import paragraph
 from tests.factories import TenantFactory
 
 pytestmark = pytest.mark.django_db
@@ -25,19 +25,7 @@ def _loopback(settings):
 @pytest.fixture
 def notion():
     """A handbook, a salary page under it, and a Projects database with one row."""
-    with NotionStandIn() as standin:
-        ada = standin.add_user("Ada Lovelace", "ada@example.com")
-        standin.handbook = standin.add_page(
-            HANDBOOK, [paragraph("Every new engineer pairs with a buddy for two weeks.")], author=ada
-        )
-        standin.tick()
-        standin.salaries = standin.add_page(
-            SALARIES, [paragraph("Engineering salary bands are reviewed every April.")], parent=standin.handbook
-        )
-        standin.tick()
-        projects = standin.add_database("Projects")
-        standin.apollo = standin.add_page(APOLLO, [paragraph("The launch window opens in March.")], database=projects)
-        standin.tick()
+    with SAMPLES["notion"].running() as standin:
         yield standin
 
 
@@ -48,7 +36,7 @@ def tenant():
 
 @pytest.fixture
 def source(tenant, notion):
-    return source_create(tenant=tenant, name="team-notion", kind="notion", location=notion.url, secret=notion.token)
+    return SAMPLES["notion"].source(tenant, notion)
 
 
 def test_the_first_sync_brings_every_shared_page_in_for_the_whole_tenant(tenant, source):
@@ -113,25 +101,3 @@ def test_a_page_unshared_from_the_integration_leaves_search_at_the_permission_sy
     assert run.status == "done", run.error
     assert SALARIES not in search_titles(tenant, carol, "salary bands")
     assert visible_titles(tenant, carol) == {HANDBOOK, APOLLO}
-
-
-def test_a_rate_limited_sync_waits_and_completes(tenant, notion, source):
-    notion.fail_next(429, retry_after=1)
-
-    run = source_sync(source=source)
-
-    assert run.status == "done", run.error
-    assert run.counts()["new"] == 3
-    assert notion.requests[0] == notion.requests[1] == ("POST", "/v1/search")  # tried again
-
-
-def test_a_revoked_token_fails_the_run_clearly_and_deletes_nothing(tenant, notion, source):
-    carol = member(tenant, "carol@example.com")
-    assert source_sync(source=source).status == "done"
-    notion.revoke()
-
-    run = source_sync(source=source)
-
-    assert run.status == "failed"
-    assert "HTTP 401" in run.error and "new token" in run.error
-    assert visible_titles(tenant, carol) == {HANDBOOK, SALARIES, APOLLO}

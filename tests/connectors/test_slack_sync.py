@@ -3,10 +3,9 @@ searched as the tenant's members, who see a private channel's threads only while
 
 import pytest
 
-from knowledge.services.sources import source_create
 from knowledge.services.sync import source_sync
 from tests.connectors.helpers import member, search_titles, visible_titles
-from tests.connectors.standins.slack import SlackStandIn
+from tests.connectors.samples import SAMPLES
 from tests.factories import TenantFactory
 
 pytestmark = pytest.mark.django_db
@@ -25,16 +24,7 @@ def _loopback(settings):
 @pytest.fixture
 def slack():
     """#general (public, with a thread) and #secret-plans (private: Alice and Bob)."""
-    with SlackStandIn() as standin:
-        standin.add_user("U1", "Alice Archer", "alice@example.com")
-        standin.add_user("U2", "Bob Baker", "bob@example.com")
-        standin.add_user("U3", "Carol Chen", "carol@example.com")
-        standin.add_channel("C1", "general", members=["U1", "U2", "U3"])
-        standin.add_channel("C2", "secret-plans", private=True, members=["U1", "U2"])
-        standin.freeze = standin.post("C1", "U1", "Deploy freeze starts Friday for the payment service.")
-        standin.post("C1", "U2", "Hotfixes still need a review during the freeze.", thread=standin.freeze)
-        standin.lunch = standin.post("C1", "U3", "Team lunch on Thursday at the canteen.")
-        standin.plans = standin.post("C2", "U1", "We plan to acquire Globex in spring, the board agreed.")
+    with SAMPLES["slack"].running() as standin:
         yield standin
 
 
@@ -45,7 +35,7 @@ def tenant():
 
 @pytest.fixture
 def source(tenant, slack):
-    return source_create(tenant=tenant, name="team-slack", kind="slack", location=slack.url, secret=slack.token)
+    return SAMPLES["slack"].source(tenant, slack)
 
 
 def test_the_first_sync_brings_every_thread_in_and_only_channel_members_find_a_private_one(tenant, source):
@@ -148,25 +138,3 @@ def test_a_member_removed_from_a_private_channel_no_longer_finds_its_threads(ten
     assert PLANS not in search_titles(tenant, bob, "acquire Globex")
     assert PLANS not in visible_titles(tenant, bob)
     assert PLANS in visible_titles(tenant, alice)
-
-
-def test_a_rate_limited_sync_waits_and_completes(tenant, slack, source):
-    slack.fail_next(429, retry_after=1)
-
-    run = source_sync(source=source)
-
-    assert run.status == "done", run.error
-    assert run.counts()["new"] == 3
-    assert slack.requests[0][1] == slack.requests[1][1]  # the rate-limited request, tried again
-
-
-def test_a_revoked_token_fails_the_run_clearly_and_deletes_nothing(tenant, slack, source):
-    alice = member(tenant, "alice@example.com")
-    assert source_sync(source=source).status == "done"
-    slack.revoke()
-
-    run = source_sync(source=source)
-
-    assert run.status == "failed"
-    assert "token_revoked" in run.error and "new token" in run.error
-    assert visible_titles(tenant, alice) == {PLANS, FREEZE, LUNCH}

@@ -31,29 +31,35 @@ from pathlib import Path
 import pytest
 from django.apps import apps
 from django.core.management import call_command
-from django.test import TestCase
 from dulwich import porcelain
 from dulwich.config import ConfigDict, StackedConfig
 from dulwich.repo import Repo
 
 from core.errors import InvalidInput
-from core.models import AuditEvent, Membership
+from core.models import AuditEvent
 from knowledge.connectors import folder as folder_connector
 from knowledge.connectors import git as git_connector
 from knowledge.connectors.folder import LinkedFile, file_links_check
 from knowledge.connectors.git_objects import ObjectSizes
 from knowledge.folder_grants import path_real
-from knowledge.models import DocumentVersion, FolderGrant, SyncRun
+from knowledge.models import FolderGrant, SyncRun
 from knowledge.services import sources as source_services
-from tests.api.conftest import client_for
-from tests.factories import MembershipFactory, TenantFactory, folder_granted
+from tests.factories import folder_granted
 from tests.knowledge.web_site import WebSite
 from tests.security.probe_table import probe_record
-from tests.security.test_source_attacks import Tree, _dumb_http_pages
+from tests.security.source_world import (
+    MINUTES,
+    PRIVATE,
+    Outcome,
+    Tree,
+    attacker_and_victim,
+    attacker_sync,
+    dumb_http_pages,
+    leaked_into,
+    run_message,
+)
 
 MiB = 2**20
-MINUTES = "boardminutesmarker: the board approved the acquisition of Zephyr Ltd."
-PRIVATE = "privaterepomarker: the launch date is the third of March."
 NOTES = "boltsharemarker: the salary bands for next year."
 HANDBOOK = "acmehandbookmarker: expenses are filed within thirty days."
 
@@ -79,8 +85,6 @@ class World:
 
 @pytest.fixture
 def world(db, settings, tmp_path, monkeypatch):
-    settings.KB_DATA_DIR = tmp_path / "data"
-    settings.KB_DATA_DIR.mkdir(exist_ok=True)
     settings.KB_FETCH_ALLOWED_NETWORKS = ["127.0.0.1/32"]  # the loopback git server stands for a public host
     # The workers' git configuration: a HOME of the test's own, and nothing from the machine's.
     home = tmp_path / "home"
@@ -90,66 +94,37 @@ def world(db, settings, tmp_path, monkeypatch):
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     for name in ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_COUNT"):
         monkeypatch.delenv(name, raising=False)
-    acme, bolt = TenantFactory(slug="acme"), TenantFactory(slug="bolt")
-    client = client_for(MembershipFactory(tenant=acme, role=Membership.Role.ADMIN).user)
+    tenants = attacker_and_victim(settings, tmp_path)
 
-    # What bolt's upload leaves on disk, bolt's fetched private repository, bolt's own grant.
-    uploads = settings.KB_DATA_DIR / "uploads"
-    (uploads / "bolt" / "0f").mkdir(parents=True)
-    (uploads / "bolt" / "0f" / "minutes.md").write_text(f"# Board minutes\n\n{MINUTES}\n")
-    private = Tree(tmp_path / "bolt-work", {"plans.md": f"# Plans\n\n{PRIVATE}\n"})
-    bolt_cache = settings.KB_DATA_DIR / "git" / str(bolt.pk) / "7"
-    bolt_cache.parent.mkdir(parents=True)
-    porcelain.clone(str(private.path), str(bolt_cache), bare=True, errstream=io.BytesIO()).close()
-    bolt_share = folder_granted(bolt, tmp_path / "bolt-share")
+    # bolt's own grant, beside its upload and its fetched private repository.
+    bolt_share = folder_granted(tenants.bolt, tmp_path / "bolt-share")
     (bolt_share / "salaries.md").write_text(f"# Salaries\n\n{NOTES}\n")
 
     # acme's granted share: a note and a repository of its own, also served over (dumb) HTTP.
-    share = folder_granted(acme, tmp_path / "acme-share")
+    share = folder_granted(tenants.acme, tmp_path / "acme-share")
     (share / "welcome.md").write_text("# Welcome\n\nThe share of the acme team.\n")
     handbook = Tree(share / "handbook", {"handbook.md": f"# Handbook\n\n{HANDBOOK}\n"}).path
     bare = tmp_path / "handbook.git"
     porcelain.clone(str(handbook), str(bare), bare=True, errstream=io.BytesIO()).close()
-    git_site = WebSite(_dumb_http_pages(bare)).start()
+    git_site = WebSite(dumb_http_pages(bare)).start()
     yield World(
-        client, acme, bolt, share, handbook, bolt_share, uploads, bolt_cache, home, git_site, settings, monkeypatch
+        tenants.client,
+        tenants.acme,
+        tenants.bolt,
+        share,
+        handbook,
+        bolt_share,
+        tenants.uploads,
+        tenants.bolt_cache,
+        home,
+        git_site,
+        settings,
+        monkeypatch,
     )
     git_site.close()
 
 
 # --- Outcomes ---------------------------------------------------------------------------------------
-
-
-@dataclass
-class Outcome:
-    """What an attack got: the create response, the sync run, and whether it got through."""
-
-    status: int
-    code: str = ""
-    message: str = ""
-    run: SyncRun | None = None
-    leaked: bool = False
-    handed_mb: float | None = None  # the largest file the git reader was handed (blob bombs)
-
-    @property
-    def refused(self) -> bool:
-        """A 4xx at create, or a run that failed or skipped what the attack aimed at."""
-        return 400 <= self.status < 500 or (self.run is not None and not self.leaked)
-
-
-def _sync(world: World, source_id: int) -> SyncRun:
-    """POST a sync as the attacker; the queued run executes at commit, as it does without a broker."""
-    with TestCase.captureOnCommitCallbacks(execute=True):
-        world.client.post(f"/api/v1/sources/{source_id}/sync/")
-    return SyncRun.objects.filter(source_id=source_id).order_by("-pk").first()
-
-
-def _leaked(tenant, marker: str) -> bool:
-    return DocumentVersion.objects.filter(document__tenant=tenant, text__contains=marker).exists()
-
-
-def _message(run: SyncRun) -> str:
-    return run.error or " ".join(e["error"] for e in run.errors)
 
 
 def _create(world: World, body: dict) -> int:
@@ -160,8 +135,8 @@ def _create(world: World, body: dict) -> int:
 
 def _attack(world: World, body: dict, marker: str) -> Outcome:
     """POST ``body`` as a new source, sync it, and look for ``marker`` in the attacker's tenant."""
-    run = _sync(world, _create(world, body))
-    return Outcome(201, run=run, message=_message(run), leaked=_leaked(world.acme, marker))
+    run = attacker_sync(world, _create(world, body))
+    return Outcome(201, run=run, message=run_message(run), leaked=leaked_into(world.acme, marker))
 
 
 def _reader_watched(world: World) -> None:
@@ -200,20 +175,20 @@ def git_remote_rewritten_to_ssh_by_the_workers_gitconfig(w):
         closed = probe.getsockname()[1]
     location = w.git_site.url("/repo.git")
     (w.home / ".gitconfig").write_text(f'[url "ssh://git@127.0.0.1:{closed}/"]\n\tinsteadOf = {w.git_site.url("/")}\n')
-    run = _sync(w, _create(w, {"kind": "git", "location": location}))
+    run = attacker_sync(w, _create(w, {"kind": "git", "location": location}))
     went_elsewhere = w.git_site.connections == 0
-    message = _message(run) or f"fetched from {location.replace(str(w.git_site.port), 'PORT')} as checked"
+    message = run_message(run) or f"fetched from {location.replace(str(w.git_site.port), 'PORT')} as checked"
     return Outcome(201, run=run, message=message, leaked=went_elsewhere)
 
 
 def folder_whose_granted_folder_became_a_link(w):
     """Synced once, then acme's granted share is replaced by a link to bolt's folder."""
     source_id = _create(w, {"kind": "folder", "location": str(w.share)})
-    assert _sync(w, source_id).status == "done"
+    assert attacker_sync(w, source_id).status == "done"
     w.share.rename(w.share.with_name("acme-share-before"))
     w.share.symlink_to(w.bolt_share, target_is_directory=True)
-    run = _sync(w, source_id)
-    return Outcome(201, run=run, message=_message(run), leaked=_leaked(w.acme, NOTES))
+    run = attacker_sync(w, source_id)
+    return Outcome(201, run=run, message=run_message(run), leaked=leaked_into(w.acme, NOTES))
 
 
 def _swapped_after_open(w, swap: Callable[[], None]) -> None:
@@ -238,9 +213,11 @@ def git_repository_swapped_for_a_link_after_its_checks(w):
         control.symlink_to(w.bolt_cache, target_is_directory=True)
 
     _swapped_after_open(w, swap)
-    run = _sync(w, source_id)
-    leaked = _leaked(w.acme, PRIVATE)
-    message = _message(run) or ("read bolt's repository through the link" if leaked else "read the repository checked")
+    run = attacker_sync(w, source_id)
+    leaked = leaked_into(w.acme, PRIVATE)
+    message = run_message(run) or (
+        "read bolt's repository through the link" if leaked else "read the repository checked"
+    )
     return Outcome(201, run=run, message=message, leaked=leaked)
 
 
@@ -259,7 +236,7 @@ def _bomb_outcome(w, run: SyncRun) -> Outcome:
     return Outcome(
         201,
         run=run,
-        message=_message(run),
+        message=run_message(run),
         leaked=largest > w.settings.KB_PARSE_MAX_UNPACKED_MB * MiB,
         handed_mb=round(largest / MiB, 1),
     )
@@ -270,7 +247,7 @@ def git_blob_that_inflates_a_thousandfold(w):
     w.settings.KB_PARSE_MAX_UNPACKED_MB = 1
     _reader_watched(w)
     bombs = _bomb(w.share / "bombs")
-    return _bomb_outcome(w, _sync(w, _create(w, {"kind": "git", "location": str(bombs)})))
+    return _bomb_outcome(w, attacker_sync(w, _create(w, {"kind": "git", "location": str(bombs)})))
 
 
 def git_blob_that_inflates_a_thousandfold_over_http(w):
@@ -280,8 +257,8 @@ def git_blob_that_inflates_a_thousandfold_over_http(w):
     bare = w.share.parent / "bombs.git"
     porcelain.clone(str(_bomb(w.share.parent / "bombs")), str(bare), bare=True, errstream=io.BytesIO()).close()
     w.git_site.pages.clear()
-    w.git_site.pages.update(_dumb_http_pages(bare))
-    return _bomb_outcome(w, _sync(w, _create(w, {"kind": "git", "location": w.git_site.url("/repo.git")})))
+    w.git_site.pages.update(dumb_http_pages(bare))
+    return _bomb_outcome(w, attacker_sync(w, _create(w, {"kind": "git", "location": w.git_site.url("/repo.git")})))
 
 
 @dataclass(frozen=True)
@@ -421,7 +398,7 @@ def test_a_gitconfig_rewrite_leaves_the_sync_where_the_location_says(world):
     outcome = git_remote_rewritten_by_the_workers_gitconfig(world)
 
     assert (outcome.run.status, outcome.run.new) == ("done", 1), outcome.message
-    assert _leaked(world.acme, HANDBOOK)
+    assert leaked_into(world.acme, HANDBOOK)
     assert world.git_site.connections > 0
 
 
@@ -437,7 +414,7 @@ def test_git_config_from_the_environment_is_not_read_either(world, monkeypatch):
     outcome = _attack(world, {"kind": "git", "location": location}, PRIVATE)
 
     assert outcome.run.status == "done" and not outcome.leaked
-    assert _leaked(world.acme, HANDBOOK)
+    assert leaked_into(world.acme, HANDBOOK)
 
 
 # --- Grants pinned to the folder granted -----------------------------------------------------------
@@ -449,7 +426,7 @@ def test_a_grant_replaced_by_a_link_fails_the_sync_saying_so(world):
     assert outcome.run.status == "failed"
     assert "has been replaced by a link" in outcome.run.error
     assert "manage.py folderroots <tenant> --add" in outcome.run.error
-    assert _leaked(world.acme, "The share of the acme team")  # the first sync's documents stay
+    assert leaked_into(world.acme, "The share of the acme team")  # the first sync's documents stay
 
 
 def test_a_grant_replaced_by_another_folder_fails_until_the_operator_grants_it_again(world):
@@ -458,9 +435,9 @@ def test_a_grant_replaced_by_another_folder_fails_until_the_operator_grants_it_a
     world.share.mkdir()
     (world.share / "other.md").write_text("# Other\n\nA folder put in the granted one's place.\n")
 
-    refused = _sync(world, source_id)
+    refused = attacker_sync(world, source_id)
     call_command("folderroots", "acme", "--add", str(world.share), stdout=io.StringIO())
-    allowed = _sync(world, source_id)
+    allowed = attacker_sync(world, source_id)
 
     assert refused.status == "failed" and "has been replaced by another folder" in refused.error
     assert (allowed.status, allowed.new) == ("done", 1), allowed.error
@@ -471,7 +448,7 @@ def test_a_grant_made_before_pins_existed_is_pinned_at_its_first_use(world):
     FolderGrant.objects.filter(tenant=world.acme).update(device=None, inode=None)
     source_id = _create(world, {"kind": "folder", "location": str(world.share)})
 
-    run = _sync(world, source_id)
+    run = attacker_sync(world, source_id)
 
     grant = FolderGrant.objects.get(tenant=world.acme)
     info = os.stat(world.share)
@@ -514,12 +491,12 @@ def test_a_link_swapped_in_between_the_check_and_the_open_is_refused(world, monk
 
     monkeypatch.setattr(git_connector, "folder_location_check", checked_then_swapped)
 
-    run = _sync(world, source_id)
+    run = attacker_sync(world, source_id)
 
     assert run.status == "failed", run.errors
     said = "changed while it was being opened" if swapped == "the repository" else ".git is a link"
     assert said in run.error and "Nothing changed" in run.error
-    assert not _leaked(world.acme, PRIVATE)
+    assert not leaked_into(world.acme, PRIVATE)
 
 
 def test_a_file_url_repository_is_read_through_the_descriptors_opened(world):
@@ -529,10 +506,10 @@ def test_a_file_url_repository_is_read_through_the_descriptors_opened(world):
         world, lambda: (control.rename(world.handbook / ".git-before"), control.symlink_to(world.bolt_cache))
     )
 
-    run = _sync(world, source_id)
+    run = attacker_sync(world, source_id)
 
     assert (run.status, run.new) == ("done", 1), run.error
-    assert _leaked(world.acme, HANDBOOK) and not _leaked(world.acme, PRIVATE)
+    assert leaked_into(world.acme, HANDBOOK) and not leaked_into(world.acme, PRIVATE)
 
 
 def test_a_working_copy_whose_git_is_a_file_is_refused_with_a_message(world):
@@ -561,7 +538,7 @@ def test_a_hard_link_is_named_in_the_runs_errors_and_the_rest_of_the_folder_is_r
     [error] = [e for e in outcome.run.errors if e["document"] == "minutes.md"]
     assert "a hard link (2 names for one file)" in error["error"]
     assert "--allow-hard-links" in error["error"]
-    assert _leaked(world.acme, "The share of the acme team")
+    assert leaked_into(world.acme, "The share of the acme team")
 
 
 def test_the_operator_may_allow_hard_links_in_one_grant(world):

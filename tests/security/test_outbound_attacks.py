@@ -19,12 +19,9 @@ from __future__ import annotations
 import gzip
 import io
 import ipaddress
-from pathlib import Path
 
 import pytest
 from dulwich import porcelain
-from dulwich.repo import Repo
-from dulwich.server import update_server_info
 
 from core import outbound
 from core.outbound import address_allowed, nat64_ipv4
@@ -32,6 +29,7 @@ from knowledge.models import Document
 from knowledge.services.sources import source_create
 from knowledge.services.sync import source_sync
 from tests.knowledge.web_site import Response, WebSite, html_page
+from tests.security.source_world import dumb_http_pages
 
 LOCAL_USE = "64:ff9b:1::"
 WELL_KNOWN = "64:ff9b::"
@@ -211,20 +209,6 @@ def test_a_gzipped_sitemap_file_that_unpacks_past_the_cap_fails_the_sync_saying_
     )
 
 
-def _dumb_http_pages(bare: Path) -> dict:
-    """A bare repository's files as a dumb-HTTP git server's pages under ``/repo.git/``."""
-    with Repo(str(bare)) as repo:
-        update_server_info(repo)
-    pages = {}
-    for file in bare.rglob("*"):
-        if file.is_file():
-            pages[f"/repo.git/{file.relative_to(bare).as_posix()}"] = Response(
-                200, file.read_bytes(), {"Content-Type": "text/plain"}
-            )
-    pages["/repo.git/info/refs?service=git-upload-pack"] = pages["/repo.git/info/refs"]
-    return pages
-
-
 @pytest.fixture
 def git_site(settings, tmp_path):
     settings.KB_FETCH_ALLOWED_NETWORKS = ["127.0.0.1/32"]
@@ -237,7 +221,7 @@ def git_site(settings, tmp_path):
     porcelain.commit(str(work), message=b"notes", author=b"A <a@x>", committer=b"A <a@x>")
     bare = tmp_path / "repo.git"
     porcelain.clone(str(work), str(bare), bare=True, errstream=io.BytesIO()).close()
-    with WebSite(_dumb_http_pages(bare)) as site:
+    with WebSite(dumb_http_pages(bare)) as site:
         yield site
 
 

@@ -22,10 +22,7 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings as django_settings
-from django.test import TestCase
 from dulwich import porcelain
-from dulwich.repo import Repo
-from dulwich.server import update_server_info
 
 from core import outbound
 from core.models import Membership
@@ -33,30 +30,26 @@ from knowledge import folder_grants
 from knowledge.connectors import folder as folder_connector
 from knowledge.connectors import git as git_connector
 from knowledge.folder_grants import folder_grant_remove, path_real
-from knowledge.models import DocumentVersion, Source, SyncRun
+from knowledge.models import Source
 from knowledge.services import sources as source_services
-from tests.api.conftest import client_for
-from tests.factories import MembershipFactory, TenantFactory, folder_granted
+from tests.factories import MembershipFactory, folder_granted
 from tests.knowledge.web_site import Response, WebSite, page
 from tests.security.probe_table import probe_record
+from tests.security.source_world import (
+    MINUTES,
+    PRIVATE,
+    Outcome,
+    Tree,
+    attacker_and_victim,
+    attacker_sync,
+    dumb_http_pages,
+    leaked_into,
+    run_message,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
-MINUTES = "boardminutesmarker: the board approved the acquisition of Zephyr Ltd."
-PRIVATE = "privaterepomarker: the launch date is the third of March."
 INTRANET = "intranetpagemarker: the VPN password rotates on Mondays."
 PASSWD = "root:x:0:0"
-
-
-class Tree:
-    """A git working copy at ``path`` with one commit of ``files``."""
-
-    def __init__(self, path: Path, files: dict[str, str]):
-        porcelain.init(str(path)).close()
-        for name, text in files.items():
-            (path / name).write_text(text)
-            porcelain.add(str(path), paths=[str(path / name)])
-        porcelain.commit(str(path), message=b"files", author=b"A <a@x>", committer=b"A <a@x>")
-        self.path = path
 
 
 @dataclass
@@ -80,52 +73,37 @@ class World:
         return sum(server.connections for server in self.servers)
 
 
-def _dumb_http_pages(bare: Path) -> dict:
-    """A bare repository's files as the pages of a dumb-HTTP git server under ``/repo.git/``."""
-    with Repo(str(bare)) as repo:
-        update_server_info(repo)
-    pages = {}
-    for file in bare.rglob("*"):
-        if file.is_file():
-            relative = file.relative_to(bare).as_posix()
-            pages[f"/repo.git/{relative}"] = Response(200, file.read_bytes(), {"Content-Type": "text/plain"})
-    # A static file server ignores the query of git's first request, answering the plain ref list.
-    pages["/repo.git/info/refs?service=git-upload-pack"] = pages["/repo.git/info/refs"]
-    return pages
-
-
 @pytest.fixture
 def world(db, settings, tmp_path):
-    settings.KB_DATA_DIR = tmp_path / "data"
-    settings.KB_DATA_DIR.mkdir(exist_ok=True)
     settings.KB_FETCH_ALLOWED_NETWORKS = []
-    acme, bolt = TenantFactory(slug="acme"), TenantFactory(slug="bolt")
-    client = client_for(MembershipFactory(tenant=acme, role=Membership.Role.ADMIN).user)
-
-    # What an upload of bolt's leaves on disk, and bolt's fetched private repository.
-    uploads = settings.KB_DATA_DIR / "uploads"
-    (uploads / "bolt" / "0f").mkdir(parents=True)
-    (uploads / "bolt" / "0f" / "minutes.md").write_text(f"# Board minutes\n\n{MINUTES}\n")
-    private = Tree(tmp_path / "bolt-work", {"plans.md": f"# Plans\n\n{PRIVATE}\n"})
-    bolt_cache = settings.KB_DATA_DIR / "git" / str(bolt.pk) / "7"
-    bolt_cache.parent.mkdir(parents=True)
-    porcelain.clone(str(private.path), str(bolt_cache), bare=True, errstream=io.BytesIO()).close()
+    tenants = attacker_and_victim(settings, tmp_path)
 
     # acme's granted share: a note and a link to the server's /etc/passwd.
     share = tmp_path / "acme-share"
     share.mkdir()
     (share / "welcome.md").write_text("# Welcome\n\nThe share of the acme team.\n")
     (share / "passwd.txt").symlink_to("/etc/passwd")
-    folder_granted(acme, share)
+    folder_granted(tenants.acme, share)
 
     # Loopback servers: an intranet page, a dumb-HTTP git repository, a victim on 127.0.0.2.
     intranet = Tree(tmp_path / "intranet-repo", {"secret.md": f"# Secret\n\n{INTRANET}\n"})
     bare = tmp_path / "intranet.git"
     porcelain.clone(str(intranet.path), str(bare), bare=True, errstream=io.BytesIO()).close()
     web = WebSite({"/": page("Intranet", INTRANET), "/robots.txt": Response(404, "")}).start()
-    git_site = WebSite(_dumb_http_pages(bare)).start()
-    victim = WebSite({**_dumb_http_pages(bare), "/": page("Victim", INTRANET)}, host="127.0.0.2").start()
-    built = World(client, acme, bolt, settings.KB_DATA_DIR, share, uploads, bolt_cache, web, git_site, victim)
+    git_site = WebSite(dumb_http_pages(bare)).start()
+    victim = WebSite({**dumb_http_pages(bare), "/": page("Victim", INTRANET)}, host="127.0.0.2").start()
+    built = World(
+        tenants.client,
+        tenants.acme,
+        tenants.bolt,
+        settings.KB_DATA_DIR,
+        share,
+        tenants.uploads,
+        tenants.bolt_cache,
+        web,
+        git_site,
+        victim,
+    )
     built.servers = [web, git_site, victim]
     built.settings = settings
     yield built
@@ -134,34 +112,6 @@ def world(db, settings, tmp_path):
 
 
 # --- Outcomes ---------------------------------------------------------------------------------------
-
-
-@dataclass
-class Outcome:
-    """What an attack got: the create response, the sync run (if one ran), what leaked."""
-
-    status: int
-    code: str = ""
-    message: str = ""
-    run: SyncRun | None = None
-    leaked: bool = False
-    connections: int = 0
-
-    @property
-    def refused(self) -> bool:
-        """A 4xx at create, or a failed run, or a run that skipped what the attack aimed at."""
-        return 400 <= self.status < 500 or (self.run is not None and not self.leaked)
-
-
-def _sync(world: World, source_id: int) -> SyncRun:
-    """POST a sync as the attacker; the queued run executes at commit, as it does without a broker."""
-    with TestCase.captureOnCommitCallbacks(execute=True):
-        world.client.post(f"/api/v1/sources/{source_id}/sync/")
-    return SyncRun.objects.filter(source_id=source_id).order_by("-pk").first()
-
-
-def _leaked(tenant, marker: str) -> bool:
-    return DocumentVersion.objects.filter(document__tenant=tenant, text__contains=marker).exists()
 
 
 def _attack(world: World, body: dict, marker: str | None = None, *, sync: bool = True) -> Outcome:
@@ -173,9 +123,9 @@ def _attack(world: World, body: dict, marker: str | None = None, *, sync: bool =
         error = response.json()["error"]
         outcome.code, outcome.message = error["code"], error["message"]
     elif sync:
-        outcome.run = _sync(world, response.json()["id"])
-        outcome.message = outcome.run.error or " ".join(e["error"] for e in outcome.run.errors)
-    outcome.leaked = bool(marker) and _leaked(world.acme, marker)
+        outcome.run = attacker_sync(world, response.json()["id"])
+        outcome.message = run_message(outcome.run)
+    outcome.leaked = bool(marker) and leaked_into(world.acme, marker)
     outcome.connections = world.connections()
     return outcome
 
@@ -278,8 +228,8 @@ def sync_every_minute(w):
 def web_location_changed_in_the_database_to_loopback(w):
     """Saved while public, then moved to loopback behind the API's back: the sync still refuses it."""
     source = Source.objects.create(tenant=w.acme, name="moved", kind="web", location=w.web.url("/"), crawl_delay_s=0.5)
-    run = _sync(w, source.pk)
-    return Outcome(201, run=run, message=run.error, leaked=_leaked(w.acme, INTRANET), connections=w.connections())
+    run = attacker_sync(w, source.pk)
+    return Outcome(201, run=run, message=run.error, leaked=leaked_into(w.acme, INTRANET), connections=w.connections())
 
 
 def folder_whose_grant_was_revoked(w):
@@ -287,8 +237,8 @@ def folder_whose_grant_was_revoked(w):
     response = w.client.post("/api/v1/sources/", {"name": "share", "kind": "folder", "location": str(w.share)})
     assert response.status_code == 201, response.content
     folder_grant_remove(tenant=w.acme, path=w.share)
-    run = _sync(w, response.json()["id"])
-    return Outcome(201, run=run, message=run.error, leaked=_leaked(w.acme, "The share of the acme team"))
+    run = attacker_sync(w, response.json()["id"])
+    return Outcome(201, run=run, message=run.error, leaked=leaked_into(w.acme, "The share of the acme team"))
 
 
 def git_redirected_to_a_refused_address(w):
@@ -414,7 +364,7 @@ def test_a_refused_link_is_named_in_the_runs_errors_and_the_rest_of_the_folder_i
     assert outcome.run.errors == [
         {"document": "passwd.txt", "error": "passwd.txt: leads outside the granted folder (a link or ..); skipped."}
     ]
-    assert _leaked(world.acme, "The share of the acme team")
+    assert leaked_into(world.acme, "The share of the acme team")
 
 
 def test_a_sync_whose_grant_was_revoked_fails_saying_what_to_ask_the_operator(world):
@@ -513,7 +463,7 @@ def test_a_git_fetch_larger_than_the_operators_limit_stops_and_keeps_nothing(wor
     bare = tmp_path / "big.git"
     porcelain.clone(str(big.path), str(bare), bare=True, errstream=io.BytesIO()).close()
     world.git_site.pages.clear()
-    world.git_site.pages.update(_dumb_http_pages(bare))
+    world.git_site.pages.update(dumb_http_pages(bare))
 
     outcome = _attack(world, {"kind": "git", "location": world.git_site.url("/repo.git")})
 
