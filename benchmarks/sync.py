@@ -1,7 +1,7 @@
 """Sync figures: an unchanged re-sync of the demo's 625 documents, one changed and one removed
 document, and a 200-page local web site.
 
-Usage: python benchmarks/sync.py [--pages 200] [--skip-demo]
+Usage: python benchmarks/sync.py [--pages 200] [--skip-demo] [--documents 200] [--queries-only]
 Prints one JSON object:
 
 * ``demo_resync``: the demo tenant's five folder sources synced again with nothing changed (the
@@ -17,6 +17,11 @@ Prints one JSON object:
   release date).
 * ``web``: a local HTTP server with ``--pages`` pages and a sitemap (ETags): the first sync and a
   second one where every page answers 304.
+* ``folder_queries``: a granted folder of ``--documents`` Markdown files and one JSONL file of as
+  many rows, synced once; then the database statements and seconds of three more syncs: nothing
+  changed, half the files removed, and the JSONL file cut to one row (``statements`` all of them,
+  ``document_reads`` those that read the source's live documents). ``--queries-only`` runs this
+  alone (no downloads, no demo).
 """
 
 import argparse
@@ -174,10 +179,82 @@ def web(pages: int) -> dict:
         Tenant.objects.filter(slug="sync-bench-web").delete()
 
 
+def _source_document_reads(queries: list[dict]) -> int:
+    """How many of ``queries`` read a source's live documents (all of them, not some ids)."""
+    return sum(
+        1
+        for q in queries
+        if q["sql"].startswith("SELECT")
+        and 'FROM "knowledge_document"' in q["sql"]
+        and '"knowledge_document"."source_id" =' in q["sql"]
+        and '"knowledge_document"."deleted_at" IS NULL' in q["sql"]
+        and '"knowledge_document"."id" IN' not in q["sql"]
+    )
+
+
+def folder_queries(documents: int) -> dict:
+    import tempfile
+
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from core.models import Tenant
+    from core.services import tenant_create
+    from knowledge.folder_grants import folder_grant_add
+    from knowledge.services.sources import source_create
+    from knowledge.services.sync import source_sync
+
+    Tenant.objects.filter(slug="sync-bench-queries").delete()
+    tenant = tenant_create(slug="sync-bench-queries", name="Sync benchmark (queries)")
+    folder = Path(tempfile.mkdtemp(prefix="sync-queries-"))
+    rows = folder / "rows.jsonl"
+    try:
+        for n in range(documents):
+            (folder / f"page-{n:04d}.md").write_text(f"# Page {n}\n\nPage {n} tells of the number {n * 7919}.\n")
+        rows.write_text(
+            "".join(json.dumps({"id": f"row-{n}", "text": f"Row {n}: {n * 104729}."}) + "\n" for n in range(documents))
+        )
+        folder_grant_add(tenant=tenant, path=folder, granted_by="benchmarks/sync.py")
+        source = source_create(tenant=tenant, name="pages", kind="folder", location=str(folder))
+        first = source_sync(source=source)
+
+        def measured(change) -> dict:
+            change()
+            with CaptureQueriesContext(connection) as queries:
+                started = time.perf_counter()
+                run = source_sync(source=source)
+                seconds = time.perf_counter() - started
+            return {
+                **{k: v for k, v in run.counts().items() if v},
+                "statements": len(queries.captured_queries),
+                "document_reads": _source_document_reads(queries.captured_queries),
+                "seconds": round(seconds, 2),
+            }
+
+        def remove_half() -> None:
+            for n in range(0, documents, 2):
+                (folder / f"page-{n:04d}.md").unlink()
+
+        def cut_rows() -> None:
+            rows.write_text(json.dumps({"id": "row-0", "text": "Row 0: 0."}) + "\n")
+
+        return {
+            "documents": first.new,
+            "unchanged": measured(lambda: None),
+            "half_removed": measured(remove_half),
+            "jsonl_cut_to_one_row": measured(cut_rows),
+        }
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        Tenant.objects.filter(slug="sync-bench-queries").delete()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pages", type=int, default=200)
     parser.add_argument("--skip-demo", action="store_true", help="leave out the demo re-sync")
+    parser.add_argument("--documents", type=int, default=200, help="files (and JSONL rows) of folder_queries")
+    parser.add_argument("--queries-only", action="store_true", help="run folder_queries alone")
     args = parser.parse_args()
     django_setup()
     import os
@@ -189,6 +266,10 @@ def main() -> None:
 
     call_command("migrate", verbosity=0)
     out: dict = {"machine": f"{os.cpu_count()} cores"}
+    if args.queries_only:
+        out["folder_queries"] = folder_queries(args.documents)
+        print(json.dumps(out, indent=2))
+        return
     if not args.skip_demo:
         out.update(demo_resync())
     docs = django_docs_download(downloads=settings.KB_DATA_DIR / "downloads")

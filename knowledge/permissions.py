@@ -109,11 +109,19 @@ def no_readers_group(source: Source) -> SourcePermissionGroup:
     return _group_upsert(source, NO_READERS, f"{source.kind}:{source.name}: no readers", [])
 
 
-def groups_sync(*, source: Source, groups: Iterable[SourceGroup], counts: PermissionCounts) -> dict[str, int]:
+def groups_sync(
+    *,
+    source: Source,
+    groups: Iterable[SourceGroup],
+    counts: PermissionCounts,
+    members: Mapping[str, int] | None = None,
+) -> dict[str, int]:
     """Bring the source's groups in line with ``groups`` (the connector's, complete): new ones
     made, members set to the tenant members with their addresses, groups gone at the source
-    deleted (with their rules). Returns ``{external_id: access group id}``."""
-    members = members_by_email(source.tenant_id)
+    deleted (with their rules). Returns ``{external_id: access group id}`` (what ``rules_apply``
+    takes as ``group_ids``). ``members`` is ``members_by_email`` of the source's tenant when the
+    caller read it already (a sync reads it once per run); read here otherwise."""
+    members = members_by_email(source.tenant_id) if members is None else members
     seen: dict[str, int] = {}
     for group in groups:
         emails = sorted(group.emails)
@@ -166,14 +174,24 @@ def permissions_store(*, source: Source, permissions: Mapping[int, Permission | 
 
 
 def rules_apply(
-    *, source: Source, document_ids: Iterable[int] | None = None, counts: PermissionCounts | None = None
+    *,
+    source: Source,
+    document_ids: Iterable[int] | None = None,
+    counts: PermissionCounts | None = None,
+    members: Mapping[str, int] | None = None,
+    group_ids: Mapping[str, int] | None = None,
 ) -> PermissionCounts:
     """Write the access rules of the source's documents (all, or ``document_ids``) from their kept
     permissions (module docstring), adding and removing only what differs. A document with no
-    kept permission is treated as unreadable (fail closed)."""
+    kept permission is treated as unreadable (fail closed).
+
+    ``members`` (``members_by_email`` of the source's tenant) and ``group_ids``
+    (``source_group_ids`` or ``groups_sync``'s result, holding ``NO_READERS``) are read here when
+    not given; a sync reads them once per run and passes them to every batch.
+    """
     counts = counts or PermissionCounts()
-    group_ids = source_group_ids(source)
-    members = members_by_email(source.tenant_id)
+    group_ids = source_group_ids(source) if group_ids is None else group_ids
+    members = members_by_email(source.tenant_id) if members is None else members
     documents = Document.objects.for_tenant(source.tenant_id).filter(source=source, deleted_at__isnull=True)
     if document_ids is not None:
         documents = documents.filter(pk__in=list(document_ids))

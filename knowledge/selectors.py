@@ -219,3 +219,17 @@ def sources_syncing(*, tenant: Tenant, user=None) -> list[str]:
         .values_list("name", flat=True)
         .distinct()
     )
+
+
+def sync_run_newest_by_source(*, tenant: Tenant, source_ids: list[int], scopes) -> dict[int, SyncRun]:
+    """Each of ``source_ids``' newest run (any status) whose ``scope`` is one of ``scopes``, as
+    ``{source id: SyncRun}`` (sources without one left out): one query, whatever the number of sources."""
+    if not source_ids:
+        return {}
+    runs = (
+        SyncRun.objects.for_tenant(tenant)
+        .filter(source_id__in=source_ids, scope__in=list(scopes))
+        .order_by("source_id", "-created_at")
+        .distinct("source_id")
+    )
+    return {run.source_id: run for run in runs}

@@ -18,7 +18,7 @@ from core.errors import ApplicationError, NotFound
 from core.memberships import membership_for_request
 from core.models import Membership
 from knowledge.models import Source, SyncRun
-from knowledge.selectors import source_get
+from knowledge.selectors import source_get, sync_run_newest_by_source
 from knowledge.services.sources import source_test
 from portal.decorators import tenant_required
 
@@ -32,25 +32,14 @@ def can_manage_sources(request) -> bool:
     return membership_for_request(request, pick_first=True).role in MANAGING_ROLES
 
 
-def _newest_runs(tenant, source_ids: list[int], scopes) -> dict[int, SyncRun]:
-    """Each source's newest run of one of ``scopes`` (any status), by source id: one query."""
-    runs = (
-        SyncRun.objects.for_tenant(tenant)
-        .filter(source_id__in=source_ids, scope__in=scopes)
-        .order_by("source_id", "-created_at")
-        .distinct("source_id")
-    )
-    return {run.source_id: run for run in runs}
-
-
 def service_syncs_attach(tenant, sources: list[Source], *, permissions: bool) -> None:
     """Set ``content_sync`` on each of ``sources`` (its newest run that synced content: for a
     service source not a permission-only run; ``last_sync`` for the others) and, with
     ``permissions``, ``perm_sync`` on the service sources (their newest run that synced
     permissions, or ``None``)."""
     services = [source.pk for source in sources if source.is_service]
-    content = _newest_runs(tenant, services, _CONTENT) if services else {}
-    perms = _newest_runs(tenant, services, _PERMISSIONS) if services and permissions else {}
+    content = sync_run_newest_by_source(tenant=tenant, source_ids=services, scopes=_CONTENT)
+    perms = sync_run_newest_by_source(tenant=tenant, source_ids=services, scopes=_PERMISSIONS) if permissions else {}
     for source in sources:
         source.content_sync = content.get(source.pk) if source.is_service else source.last_sync
         if permissions and source.is_service:

@@ -177,13 +177,20 @@ class FileConnector:
     stored ``sync_key`` to its fingerprint, so an unchanged file is neither read nor embedded; it
     raises ``SourceUnreachable`` before yielding when the source cannot be read at all. On that:
 
-    * ``changes(checkpoint)`` walks the source once (the checkpoint is the stored fingerprints,
-      read here) and returns the walk's items as a list, so the sync knows how many there are to
-      read and can show an ETA;
+    * ``changes(checkpoint, known=None)`` walks the source once and returns the walk's items as a
+      list, so the sync knows how many there are to read and can show an ETA; ``known`` is the
+      stored fingerprints by ``sync_key`` (the sync passes the copy it read at its start; read
+      here when None, the ``checkpoint`` being unused);
     * ``listing()`` is that walk's keys (walking again only if ``changes`` did not run);
     * ``fetch`` reads nothing more (every changed file was read by ``changes``);
     * ``permissions`` and ``groups`` are empty: who may see a file source's documents is the
       source's own rules (``knowledge.access``), not the files'.
+    * ``check()`` only tries the connection (``reach``), with the guards a sync applies; it walks
+      nothing.
+
+    A subclass also implements ``reach()``: the cheapest read that shows the source can be
+    synced, with the same guards as ``items`` (the folder grant, the outbound address guard),
+    returning what it found in a few words; ``SourceUnreachable`` as ``items`` would raise it.
     """
 
     follows_permissions = False
@@ -198,9 +205,13 @@ class FileConnector:
         live = Document.objects.filter(tenant_id=self.source.tenant_id, source=self.source, deleted_at__isnull=True)
         return {key: fingerprint for key, fingerprint in live.values_list("sync_key", "fingerprint") if key}
 
-    def changes(self, checkpoint: dict) -> list[Item]:
-        """Every item of the source (unchanged ones marked), read in one walk."""
-        known = self._known()
+    def reach(self) -> str:
+        raise NotImplementedError
+
+    def changes(self, checkpoint: dict, *, known: Mapping[str, str] | None = None) -> list[Item]:
+        """Every item of the source (unchanged ones marked), read in one walk. ``known``: the
+        stored fingerprints by ``sync_key`` (read from the database when None)."""
+        known = self._known() if known is None else known
         items = list(self.items(known))
         self._walked = {
             item.key: known.get(item.key, "") if item.unchanged or item.error else item.fingerprint for item in items
@@ -224,11 +235,10 @@ class FileConnector:
         return iter(())
 
     def check(self) -> str:
-        """How many files or pages the source holds now, and how many changed since the last sync."""
-        items = self.changes({})
-        changed = sum(1 for item in items if not item.unchanged and not item.error)
-        failed = sum(1 for item in items if item.error)
-        return f"{len(items):,} items ({changed:,} new or changed since the last sync, {failed:,} unreadable)."
+        """ "Test connection": one line saying the source answers (``reach``), without walking it
+        or reading the stored documents. ``SourceUnreachable`` (a refused location or address among them)
+        saying why not."""
+        return f"{self.reach()}; the next sync walks it."
 
 
 def path_selected(path: str, include: list[str], exclude: list[str]) -> bool:

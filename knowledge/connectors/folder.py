@@ -129,6 +129,24 @@ class FolderConnector(FileConnector):
         ``SourceUnreachable`` when the folder is not granted to the tenant, or its grant's folder
         was replaced (code ``location_not_allowed``), or it is missing or unreadable.
         """
+        self._root_open()
+        try:
+            yield from self._items(known)
+        finally:
+            os.close(self._root_fd)
+            self._root_fd = None
+
+    def reach(self) -> str:
+        """The folder is granted, still the folder granted, and opens for reading (as ``items``
+        checks it, ``SourceUnreachable`` otherwise); nothing below it is listed or read."""
+        self._root_open()
+        os.close(self._root_fd)
+        self._root_fd = None
+        return f"{self.source.location}: a granted folder the workers can read"
+
+    def _root_open(self) -> None:
+        """Check the location against the tenant's grants and open it (``_root_fd``, ``_grant``);
+        ``SourceUnreachable`` as ``items`` says."""
         try:
             self.root = folder_location_check(tenant=self.source.tenant_id, location=self.source.location)
         except InvalidInput as exc:
@@ -145,11 +163,6 @@ class FolderConnector(FileConnector):
             raise SourceUnreachable(
                 f"{self.source.location}: no such folder (or the workers cannot read it)."
             ) from None
-        try:
-            yield from self._items(known)
-        finally:
-            os.close(self._root_fd)
-            self._root_fd = None
 
     def _items(self, known: Mapping[str, str]) -> Iterator[Item]:
         max_bytes = settings.KB_PARSE_MAX_UNPACKED_MB * 2**20

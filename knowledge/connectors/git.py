@@ -182,6 +182,22 @@ def _blob_refusal(path: str, sizes: ObjectSizes, blob_id: bytes) -> str:
     return ""
 
 
+def _fetch_refusal(shown: str, exc: Exception) -> SourceUnreachable:
+    """The ``SourceUnreachable`` for what talking to a remote raised (a fetch, ``ls-remote``)."""
+    if isinstance(exc, (FetchLimit, FetchLimitExceeded)):
+        return SourceUnreachable(f"{shown}: {exc}; nothing of it was kept.")
+    if isinstance(exc, AddressNotAllowed):
+        return SourceUnreachable(f"{shown}: {NOT_ALLOWED}.", code=AddressNotAllowed.code)
+    if isinstance(exc, NotGitRepository):
+        return SourceUnreachable(f"{shown}: the repository could not be fetched (no repository there).")
+    if isinstance(exc, HTTPUnauthorized):
+        return SourceUnreachable(
+            f"{shown}: the repository could not be fetched (the server asks for credentials).", code="unauthorized"
+        )
+    # network, protocol: anything the transport raises, told apart no further
+    return SourceUnreachable(f"{shown}: the repository could not be fetched ({FETCH_FAILED}).")
+
+
 def _reason(exc: BaseException) -> str:
     """An exception as a short text, without credentials from any URL it quotes."""
     text = re.sub(r"//[^/@\s]+@", "//", str(exc).strip())
@@ -301,21 +317,8 @@ class GitConnector(FileConnector):
         try:
             try:
                 result = fetch_limited(client, path, repo, determine_wants, deadline=deadline)
-            except (FetchLimit, FetchLimitExceeded) as exc:
-                raise SourceUnreachable(f"{shown}: {exc}; nothing of it was kept.") from None
-            except AddressNotAllowed:
-                raise SourceUnreachable(f"{shown}: {NOT_ALLOWED}.", code=AddressNotAllowed.code) from None
-            except NotGitRepository:
-                raise SourceUnreachable(
-                    f"{shown}: the repository could not be fetched (no repository there)."
-                ) from None
-            except HTTPUnauthorized:
-                raise SourceUnreachable(
-                    f"{shown}: the repository could not be fetched (the server asks for credentials).",
-                    code="unauthorized",
-                ) from None
-            except Exception:  # network, protocol: anything the transport raises, told apart no further
-                raise SourceUnreachable(f"{shown}: the repository could not be fetched ({FETCH_FAILED}).") from None
+            except Exception as exc:
+                raise _fetch_refusal(shown, exc) from None
             if "tip" not in found:
                 refs = found.get("refs") or result.refs or {}
                 if self.branch:
@@ -334,6 +337,30 @@ class GitConnector(FileConnector):
         except BaseException:
             repo.close()
             raise
+
+    def reach(self) -> str:
+        """The branch's tip (or the remote ``HEAD``): a remote's advertised refs (``ls-remote``,
+        through ``core.outbound``'s guard, within ``KB_GIT_TIMEOUT_S``), or a granted local
+        repository opened as a sync opens it. Nothing is fetched or walked; ``SourceUnreachable``
+        as ``items`` says."""
+        shown = _shown(self.location)
+        if not location_is_url(self.location) or self._file_url():
+            _repo, tip, opened = self._open()
+            opened.close()
+        else:
+            client, path = self._client(time.monotonic() + settings.KB_GIT_TIMEOUT_S)
+            try:
+                refs = dict(client.get_refs(path).refs)
+            except Exception as exc:
+                raise _fetch_refusal(shown, exc) from None
+            ref = self._remote_ref(refs)
+            tip = refs.get(ref) if ref else None
+            if tip is None:
+                if self.branch:
+                    raise SourceUnreachable(f"{shown}: no branch {self.branch!r} (branches: {self._branches(refs)}).")
+                raise SourceUnreachable(f"{shown}: the repository has no commits yet.")
+        where = f"branch {self.branch!r}" if self.branch else "its default branch"
+        return f"{shown}: {where} at {tip.decode()[:12]}"
 
     def _remote_ref(self, refs: Mapping[bytes, bytes]) -> bytes | None:
         """Which advertised ref to read: the branch's, else ``HEAD`` (else main, master or the only branch)."""

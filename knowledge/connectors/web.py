@@ -65,6 +65,7 @@ import posixpath
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from urllib.parse import urljoin, urlsplit
 from urllib.robotparser import RobotFileParser
@@ -271,6 +272,24 @@ class WebConnector(FileConnector):
         ``SourceUnreachable`` when the start page, the sitemap or ``robots.txt`` cannot be read,
         or ``robots.txt`` forbids the start URL.
         """
+        with self._session():
+            yield from self._items(known)
+
+    def reach(self) -> str:
+        """``robots.txt`` read and the start page (or sitemap) answering 200 through the guarded
+        session, as a sync starts (``SourceUnreachable`` as ``items`` says); no other page is read."""
+        with self._session():
+            self._robots_read()
+            if not self._allowed(self.start):
+                raise SourceUnreachable(f"{self.origin}/robots.txt forbids {USER_AGENT} to read {self.start}.")
+            sitemap = urlsplit(self.start).path.lower().endswith((".xml", ".xml.gz"))
+            page = self._get_or_unreachable(self.start, "the sitemap" if sitemap else "the start page")
+        return f"{self.start} answered {page.status} ({page.content_type or 'no content type'})"
+
+    @contextmanager
+    def _session(self) -> Iterator[None]:
+        """The HTTP client of one walk (``self._client``): the guarded transport unless a test
+        gives one, no redirects followed by httpx, no proxy from the environment."""
         with httpx.Client(
             timeout=TIMEOUT_S,
             follow_redirects=False,
@@ -282,7 +301,7 @@ class WebConnector(FileConnector):
             self._requested = False
             self._pages_requested = 0
             try:
-                yield from self._items(known)
+                yield
             finally:
                 self._client = None
 

@@ -17,6 +17,15 @@ and permissions, as ``SyncRun.scope`` asks.
   that differs from the stored one) read again with ``fetch``, then permissions (for the
   connectors that follow them).
 
+The source's live documents (id, ``external_id``, ``sync_key``, fingerprint) are read once, when
+the run starts, and kept in step with what the run stores and deletes (``_Run.documents``): the
+file connectors' change check, the deletions and the listing's sweep all work from that copy. One
+run per source at a time (``syncrun_one_active_per_source``) keeps it true. The permission step's
+``rules_apply`` reads the live document ids once more, inside the transaction that writes the
+rules, so that rules are written for exactly the documents live when they are written. The
+tenant's members and the source's groups are read once per run too, and passed to each batch's
+``rules_apply``; a member who joins during a run is given their rules by the next one.
+
 Deleted documents leave current results and counts; ``as_of`` searches before the deletion still
 find them. A refused credential (``CredentialRejected``) or an unreachable source fails the run
 with its message; what earlier batches stored stays with its checkpoint, and nothing is deleted.
@@ -34,11 +43,19 @@ from django.utils import timezone
 from tqdm import tqdm
 
 from knowledge.connectors import connector_for
-from knowledge.connectors.base import Connector, Item, Permission, SourceUnreachable
+from knowledge.connectors.base import Connector, FileConnector, Item, Permission, SourceUnreachable
 from knowledge.models import Document, Source, SyncRun
-from knowledge.permissions import PermissionCounts, groups_sync, permissions_store, rules_apply
-from knowledge.services.deletion import document_mark_deleted
+from knowledge.permissions import (
+    PermissionCounts,
+    groups_sync,
+    members_by_email,
+    permissions_store,
+    rules_apply,
+    source_group_ids,
+)
+from knowledge.services.deletion import documents_mark_deleted
 from knowledge.services.ingest_reports import IngestNote
+from knowledge.services.ingestion import IngestReport
 from knowledge.services.sync_batches import (
     BATCH_DOCUMENTS,
     ingest_isolating,
@@ -51,7 +68,9 @@ logger = logging.getLogger(__name__)
 
 
 class _Run:
-    """One sync's state: the source, its connector, counts, errors and the lease."""
+    """One sync's state: the source, its connector, counts, errors and the lease, and the source's
+    live documents as ``{document id: {"external_id", "sync_key", "fingerprint"}}`` (read once,
+    then kept in step: module docstring)."""
 
     def __init__(self, run: SyncRun, held: QuerySet, progress: bool):
         self.run, self.held, self.progress = run, held, progress
@@ -63,18 +82,46 @@ class _Run:
         self.errors: list[dict] = []
         self.permissions = PermissionCounts()
         self.started = time.perf_counter()
-        self.stored_before = self.live()
+        self.documents = self._live_read()
+        self.stored_before = {key: len(rows) for key, rows in self.live().items()}
+        self.members: dict[str, int] | None = None  # the tenant's, read at the first use
+        self.group_ids: dict[str, int] | None = None  # the source's groups, as last synced
         self.read = 0
         self.chunks = 0
         self.checkpoint: dict | None = None
 
-    def live(self) -> dict[str, list[dict]]:
-        """The source's stored, not deleted documents by ``sync_key``."""
-        by_key: dict[str, list[dict]] = {}
+    def _live_read(self) -> dict[int, dict]:
+        """The source's stored, not deleted documents by id: the run's one read of them."""
         rows = Document.objects.for_tenant(self.tenant).filter(source=self.source, deleted_at__isnull=True)
-        for row in rows.values("id", "external_id", "sync_key", "fingerprint"):
-            by_key.setdefault(row["sync_key"], []).append(row)
+        return {
+            row.pop("id"): row for row in rows.values("id", "external_id", "sync_key", "fingerprint").order_by("pk")
+        }
+
+    def live(self) -> dict[str, list[dict]]:
+        """The source's live documents by ``sync_key`` (each ``{"id", "external_id", "fingerprint"}``),
+        from the run's copy."""
+        by_key: dict[str, list[dict]] = {}
+        for document_id, row in self.documents.items():
+            by_key.setdefault(row["sync_key"], []).append(
+                {"id": document_id, "external_id": row["external_id"], "fingerprint": row["fingerprint"]}
+            )
         return by_key
+
+    def changes(self) -> Iterable[Item]:
+        """The connector's changes: a file connector's walk gets the stored fingerprints from the
+        run's copy, a service's feed the stored checkpoint."""
+        if isinstance(self.connector, FileConnector):
+            known = {row["sync_key"]: row["fingerprint"] for row in self.documents.values() if row["sync_key"]}
+            return self.connector.changes({}, known=known)
+        return self.connector.changes(dict(self.source.checkpoint or {}))
+
+    def people(self) -> tuple[dict[str, int], dict[str, int]]:
+        """The tenant's members by e-mail and the source's group ids, read at the first call of the run."""
+        if self.members is None:
+            self.members = members_by_email(self.tenant.pk)
+        if self.group_ids is None:
+            self.group_ids = source_group_ids(self.source)
+        return self.members, self.group_ids
 
     # -- content ---------------------------------------------------------------------------------
 
@@ -89,7 +136,7 @@ class _Run:
         elif item.deleted or (not item.unchanged and not item.documents):
             self.delete_keys([item.key])
         elif item.unchanged:
-            self.counts["unchanged"] += max(len(self.stored_before.get(item.key, ())), 1)
+            self.counts["unchanged"] += max(self.stored_before.get(item.key, 0), 1)
         else:
             return True
         return False
@@ -123,7 +170,7 @@ class _Run:
 
     def batch_ingest(self, items: list[Item], total: int | None) -> None:
         """Store a batch: documents with their keys (and permissions) in one transaction, then the
-        documents the batch's items no longer hold deleted, then the checkpoint."""
+        documents the batch's items no longer hold deleted (in one go), then the checkpoint."""
         seconds = time.perf_counter() - self.started
         self.held.update(
             progress=sync_progress(
@@ -139,12 +186,11 @@ class _Run:
         ):
             outcomes_count(report, self.counts)
             self.chunks += report.counts()["chunks"]
+            self._stored_keep(group, report)
             stored.update(item.key for item in group)
             notes.extend(report.notes)
         failed = {error["document"] for error in self.errors[failed_before:]}
-        for item in items:
-            if item.key in stored and item.key not in failed:
-                self._others_delete(item)
+        self._others_delete([item for item in items if item.key in stored and item.key not in failed])
         self.notes_record(notes, items)
         self.read += count
         self.checkpoint_store()
@@ -162,6 +208,19 @@ class _Run:
             Source.objects.filter(pk=self.source.pk).update(checkpoint=self.checkpoint)
             self.source.checkpoint = self.checkpoint
 
+    def _stored_keep(self, items: list[Item], report: IngestReport) -> None:
+        """Bring the run's copy in line with a stored group: its documents live, under their item's
+        key and fingerprint (as ``_stored_hook`` wrote them)."""
+        by_id = {o.external_id: o.document_id for o in report.outcomes}
+        for item in items:
+            for document in item.documents:
+                if document.external_id in by_id:
+                    self.documents[by_id[document.external_id]] = {
+                        "external_id": document.external_id,
+                        "sync_key": item.key,
+                        "fingerprint": item.fingerprint[:300],
+                    }
+
     def _stored_hook(self, items: list[Item]):
         """The ``documents_ingest`` hook for ``items``: their documents' key and fingerprint, and for
         connectors that follow permissions their permission, written inside the storing transaction."""
@@ -174,31 +233,42 @@ class _Run:
                 Document.objects.filter(pk__in=ids).update(sync_key=item.key, fingerprint=item.fingerprint[:300])
                 permissions.update(dict.fromkeys(ids, item.permission))
             if self.follows:
+                members, group_ids = self.people()
                 permissions_store(source=self.source, permissions=permissions)
-                rules_apply(source=self.source, document_ids=list(permissions), counts=PermissionCounts())
+                rules_apply(
+                    source=self.source,
+                    document_ids=list(permissions),
+                    counts=PermissionCounts(),
+                    members=members,
+                    group_ids=group_ids,
+                )
 
         return stored
 
-    def _others_delete(self, item: Item) -> None:
-        """Delete the live documents of ``item.key`` that the item, read again, no longer holds."""
-        kept = [d.external_id for d in item.documents]
-        rows = Document.objects.for_tenant(self.tenant).filter(
-            source=self.source, sync_key=item.key, deleted_at__isnull=True
+    def _others_delete(self, items: list[Item]) -> None:
+        """Delete the live documents of the ``items``' keys that the items, read again, no longer
+        hold (a row gone from a JSONL file): found in the run's copy, deleted in one go."""
+        kept = {item.key: {d.external_id for d in item.documents} for item in items}
+        self._delete(
+            [
+                document_id
+                for document_id, row in self.documents.items()
+                if row["sync_key"] in kept and row["external_id"] not in kept[row["sync_key"]]
+            ]
         )
-        self._delete(rows.exclude(external_id__in=kept))
 
     def delete_keys(self, keys: list[str]) -> None:
         """Mark the live documents of ``keys`` deleted."""
-        rows = Document.objects.for_tenant(self.tenant).filter(
-            source=self.source, sync_key__in=keys, deleted_at__isnull=True
-        )
-        self._delete(rows)
+        wanted = set(keys)
+        self._delete([document_id for document_id, row in self.documents.items() if row["sync_key"] in wanted])
 
-    def _delete(self, rows: QuerySet) -> None:
-        now = timezone.now()
-        for document_id in rows.values_list("pk", flat=True):
-            if document_mark_deleted(document_id=document_id, when=now):
-                self.counts["deleted"] += 1
+    def _delete(self, document_ids: list[int]) -> None:
+        """Mark ``document_ids`` deleted in a few statements (``documents_mark_deleted``), counted."""
+        if not document_ids:
+            return
+        self.counts["deleted"] += len(documents_mark_deleted(document_ids=document_ids, when=timezone.now()))
+        for document_id in document_ids:
+            self.documents.pop(document_id, None)
 
     # -- listing and permissions -------------------------------------------------------------------
 
@@ -222,8 +292,11 @@ class _Run:
     def permissions_sync(self, keys: list[str]) -> None:
         """Groups, then each live document's permission, then the access rules where they differ."""
         self.held.update(progress={"stage": "permissions"})
+        members, _ = self.people()
         with transaction.atomic():
-            groups_sync(source=self.source, groups=list(self.connector.groups()), counts=self.permissions)
+            self.group_ids = groups_sync(
+                source=self.source, groups=list(self.connector.groups()), counts=self.permissions, members=members
+            )
         documents = self.live()
         found: dict[int, Permission | None] = {}
         for key, permission in self.connector.permissions([k for k in keys if k in documents]):
@@ -238,7 +311,7 @@ class _Run:
                 )
         with transaction.atomic():
             permissions_store(source=self.source, permissions=found)
-            rules_apply(source=self.source, counts=self.permissions)
+            rules_apply(source=self.source, counts=self.permissions, members=members, group_ids=self.group_ids)
 
     def outcome(self, status: str, error: str = "") -> dict:
         """The run's final fields."""
@@ -264,7 +337,7 @@ def sync_steps(run: SyncRun, held: QuerySet, *, progress: bool = False) -> dict:
     scope = run.scope
     try:
         if scope in (SyncRun.Scope.ALL, SyncRun.Scope.CONTENT):
-            state.items_ingest(state.connector.changes(dict(state.source.checkpoint or {})), desc="changes")
+            state.items_ingest(state.changes(), desc="changes")
         if scope in (SyncRun.Scope.ALL, SyncRun.Scope.PERMISSIONS):
             keys = state.sweep(refetch=scope == SyncRun.Scope.ALL)
             if state.follows:
