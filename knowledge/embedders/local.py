@@ -132,18 +132,11 @@ class LocalSentenceEmbedder(QueryCacheMixin):
         self.threads = settings.KB_EMBED_THREADS if threads is None else threads
         model_dir = model.model_dir()
         if backend == "torch":
-            from sentence_transformers import SentenceTransformer
-            from transformers.utils import logging as transformers_logging
-
-            # Loading a model from its local folder is no download to watch: transformers 5 shows
-            # a "Loading weights" progress bar on stderr for every process that embeds.
-            transformers_logging.disable_progress_bar()
-
             if self.threads:
                 import torch
 
                 torch.set_num_threads(self.threads)  # process-wide, like torch itself
-            self.model = SentenceTransformer(str(model_dir), device=self.device)
+            self.model = sentence_transformer_load(model_dir, device=self.device)
             if self.half:
                 self.model.half()  # fp16 weights and activations on the GPU
         else:
@@ -277,14 +270,24 @@ def _atomic_path(final: Path):
         tmp.unlink(missing_ok=True)
 
 
+def sentence_transformer_load(model_dir: Path, *, device: str):
+    """The ``SentenceTransformer`` in ``model_dir`` (a local folder) on ``device``. Loading from a
+    local folder is no download to watch, so transformers' "Loading weights" progress bar (on
+    stderr, once per process that embeds or exports) is turned off first."""
+    from sentence_transformers import SentenceTransformer
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
+    return SentenceTransformer(str(model_dir), device=device)
+
+
 def _export_fp32(path: Path, model: LocalModel) -> None:
     """Export ``model``'s encoder + mean pooling + normalization to ``path`` (ONNX, fp32)."""
     import warnings
 
     import torch
-    from sentence_transformers import SentenceTransformer
 
-    st_model = SentenceTransformer(str(model.model_dir()), device="cpu")
+    st_model = sentence_transformer_load(model.model_dir(), device="cpu")
     encoder = st_model[0].auto_model.eval()
     names = ["input_ids", "attention_mask"] + (["token_type_ids"] if model.token_type_ids else [])
 
