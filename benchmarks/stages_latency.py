@@ -59,7 +59,7 @@ def outside_measure(tenant, *, rounds: int, username: str) -> dict:
     def search(question: str, user):
         started = time.perf_counter()
         spec = pipeline_spec(tenant=tenant, name="simple")  # what chunk_search does
-        run = pipeline_retrieve(AnswerRequest(question=question, pipeline=spec, k=10), tenant=tenant, user=user)
+        run = pipeline_retrieve(AnswerRequest(question=question, k=10), tenant=tenant, user=user, spec=spec)
         return run, (time.perf_counter() - started) * 1000
 
     for question in QUESTIONS:  # warm-up: model load, plans, caches

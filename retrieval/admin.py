@@ -1,6 +1,6 @@
 """Admin of answer traces: read-only, each trace's steps shown in run order.
 
-Traces are written by ``retrieval.tracing.trace_save`` only, so the admin never adds or changes
+Traces are written by ``retrieval.traces.trace_save`` only, so the admin never adds or changes
 them. Tenant isolation comes from ``core.admin.TenantScopedAdmin``; a tenant admin needs the
 ``retrieval.view_trace`` permission (the steps inline follows the trace's permission).
 """

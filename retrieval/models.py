@@ -1,9 +1,9 @@
 """Traces of answer-pipeline runs: what each stage did, how long it took and what it cost.
 
-A ``Trace`` is written once, after the answer (``retrieval.tracing.trace_save``), with one
+A ``Trace`` is written once, after the answer (``retrieval.traces.trace_save``), with one
 ``TraceStep`` per stage in run order. It keeps its own copy of the question, the answer and the
 pipeline's configuration, so it can be read without re-running anything. Old traces are removed
-by ``retrieval.tracing.traces_prune`` (daily, through Celery beat).
+by ``retrieval.traces.traces_prune`` (daily, through Celery beat).
 
 The tokens of every LLM call, traced or not, are also recorded as ``knowledge.LLMUsage`` rows:
 those are what the tenant's daily LLM tokens quota counts (``knowledge.quotas``).

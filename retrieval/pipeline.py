@@ -69,7 +69,8 @@ from retrieval.stages.score import Score
 from retrieval.stages.superrag import SuperRAG
 from retrieval.stages.themes import Themes
 from retrieval.state import RunState
-from retrieval.tracing import run_observed, trace_save
+from retrieval.traces import trace_save
+from retrieval.tracing import run_observed
 from retrieval.types import QueryPlan, Step
 from retrieval.walks.recorder import RECORDER
 from retrieval.walks.stage import WalkingRAG
@@ -185,17 +186,19 @@ def _over_llm_quota(*, tenant, client):
     return llm_quota_error(quota) if quota is not None else None
 
 
-def _spec_for(tenant, pipeline, overrides) -> PipelineSpec:
-    if isinstance(pipeline, PipelineSpec):
-        return pipeline
-    return pipeline_spec(tenant=tenant, name=pipeline, overrides=overrides)
-
-
 SCOPE_STEP = "scope"
 
 
 def _state_new(
-    request: AnswerRequest, *, started: float, tenant, user, overrides: dict | None, answering: bool, **fields
+    request: AnswerRequest,
+    *,
+    started: float,
+    tenant,
+    user,
+    spec: PipelineSpec | None,
+    overrides: dict | None,
+    answering: bool,
+    **fields,
 ) -> RunState:
     """A run's ``RunState`` for ``request``, timed from ``started`` (``time.perf_counter()`` when
     the pipeline was called), with the other ``fields`` as given.
@@ -203,7 +206,8 @@ def _state_new(
     The request is checked (``InvalidInput`` for an empty or over-long question, ``k`` outside
     1-20 for an answer or 1-200 for a search, an unknown mode, pipeline or setting), its question
     stripped and its ``k`` set (default 5 for an answer, 10 for a search); the pipeline's spec
-    resolved (``overrides`` on the tenant's settings; an answer's packing from the request); the
+    resolved (``spec`` when given, else the request's pipeline with ``overrides`` on the tenant's
+    settings; an answer's packing from the request); the
     retrieval filter built (access rules of ``user``, the request's sources, ``as_of``, summary
     chunks: the request's ``summaries``, else the spec's ``include_summaries``).
 
@@ -220,7 +224,7 @@ def _state_new(
     k = k_default if request.k is None else request.k
     if not 1 <= k <= k_max:
         raise InvalidInput(f"k must be between 1 and {k_max}.")
-    spec = _spec_for(tenant, request.pipeline, overrides)
+    spec = spec or pipeline_spec(tenant=tenant, name=request.pipeline, overrides=overrides)
     pack = {"strategy": request.strategy, "window_size": request.window_size} if answering else {}
     pack = {key: value for key, value in pack.items() if value is not None}
     spec = spec.with_settings(**pack) if pack else spec
@@ -255,7 +259,13 @@ def _state_new(
 
 @run_observed("retrieve")
 def pipeline_retrieve(
-    request: AnswerRequest, *, tenant, user=None, llm=CONFIGURED, overrides: dict | None = None
+    request: AnswerRequest,
+    *,
+    tenant,
+    user=None,
+    llm=CONFIGURED,
+    overrides: dict | None = None,
+    spec: PipelineSpec | None = None,
 ) -> RetrievalRun:
     """Run ``request``'s pipeline up to the ranking; its top ``k`` chunks, best first.
 
@@ -264,7 +274,8 @@ def pipeline_retrieve(
     switches; the packing and answer fields are not used. ``user`` is who asks (access rules,
     personalization); ``llm`` an ``LLMClient`` (default: the configured one; ``None`` or the
     request's ``use_llm`` false: no LLM); ``overrides`` settings on top of the tenant's
-    (``retrieval.schema.setting_keys()``). ``InvalidInput`` for an empty or over-long query,
+    (``retrieval.schema.setting_keys()``); ``spec`` a resolved ``PipelineSpec`` that replaces the
+    request's pipeline and the tenant's settings (a search's, an evaluation's). ``InvalidInput`` for an empty or over-long query,
     ``k`` outside 1-200, an unknown mode, pipeline or setting. LLM failures degrade (see the
     module docstring), never raise. The LLM calls count against the tenant's daily LLM tokens
     (``knowledge.quotas``, recorded as ``search``); over its limit they are refused before they
@@ -272,7 +283,9 @@ def pipeline_retrieve(
     figures).
     """
     started = time.perf_counter()
-    state = _state_new(request, started=started, tenant=tenant, user=user, overrides=overrides, answering=False)
+    state = _state_new(
+        request, started=started, tenant=tenant, user=user, spec=spec, overrides=overrides, answering=False
+    )
     state.llm = _llm_for(llm, state.request.use_llm)
     with llm_metered(tenant=tenant, purpose="search"):
         state = _run(state)
@@ -295,6 +308,7 @@ def pipeline_answer(
     user=None,
     llm=CONFIGURED,
     overrides: dict | None = None,
+    spec: PipelineSpec | None = None,
     trace: bool | None = None,
     on_event: Callable[[str, dict], None] | None = None,
     walk=None,
@@ -311,7 +325,7 @@ def pipeline_answer(
     LLM, ``degraded`` with a reason starting ``quota_exceeded:``. ``on_event(event, data)``, when
     given, is called as the run goes: ``"step"`` after each stage (``{"stage", "ms", "summary",
     "error"?}``) and ``"token"`` for each piece of a streamed LLM answer (``{"text"}``); the LLM
-    answer is then streamed. ``overrides`` as in ``pipeline_retrieve``. ``walk``: the
+    answer is then streamed. ``overrides`` and ``spec`` as in ``pipeline_retrieve``. ``walk``: the
     ``retrieval.walks.recorder.WalkRecorder`` of a steered walk (WalkingRAG). ``InvalidInput`` for
     a bad request. Every LLM call of the run counts against the tenant's daily LLM tokens, traced
     or not (recorded as ``answer`` usage).
@@ -322,6 +336,7 @@ def pipeline_answer(
         started=started,
         tenant=tenant,
         user=user,
+        spec=spec,
         overrides=overrides,
         answering=True,
         emit=on_event,

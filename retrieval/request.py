@@ -13,13 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date
-from typing import TYPE_CHECKING
 
 from core.errors import InvalidInput
 from knowledge.selectors import source_ids_for_names
-
-if TYPE_CHECKING:
-    from retrieval.schema import PipelineSpec
 
 
 def _ints(values) -> tuple[int, ...] | None:
@@ -34,9 +30,9 @@ class AnswerRequest:
       by the pipeline (``InvalidInput`` when empty or longer).
     - ``k``: passages in an answer's context (1-20, default 5), or results of a search (1-200,
       default 10); ``None`` until the pipeline sets the default.
-    - ``pipeline``: a name of ``retrieval.pipeline.PIPELINE_NAMES`` or a resolved
-      ``PipelineSpec`` (default: the tenant's); ``mode`` overrides its retrieval mode (hybrid,
-      lexical or dense; searches only).
+    - ``pipeline``: a name of ``retrieval.pipeline.PIPELINE_NAMES`` (default: the tenant's; a
+      caller that resolved its own ``PipelineSpec`` gives it to the pipeline function beside the
+      request); ``mode`` overrides its retrieval mode (hybrid, lexical or dense; searches only).
     - ``strategy`` (``"top_n"`` or ``"window"``) and ``window_size`` (neighbours each side, 0-10)
       pack the passages (default: the pipeline's); ``reverse_pack`` puts the best passage last
       (seed ``advanced-rag-querying.txt``).
@@ -57,7 +53,7 @@ class AnswerRequest:
 
     question: str
     k: int | None = None
-    pipeline: str | PipelineSpec | None = None
+    pipeline: str | None = None
     mode: str | None = None
     strategy: str | None = None
     window_size: int | None = None

@@ -44,6 +44,6 @@ def chunk_search(request: AnswerRequest, *, tenant, user=None, config: SearchCon
     spec = pipeline_spec(tenant=tenant, name="simple")
     if config is not None:
         spec = replace(spec, search=config)
-    request = replace(request, pipeline=spec, mode=request.mode or "hybrid")
-    run = pipeline_retrieve(request, tenant=tenant, user=user)
+    request = replace(request, mode=request.mode or "hybrid")
+    run = pipeline_retrieve(request, tenant=tenant, user=user, spec=spec)
     return SearchResponse(results=run.results, timings_ms=run.timings_ms, mode=request.mode, config=spec.search)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 from django.conf import settings
 
-from retrieval.tracing import traces_prune
+from retrieval.traces import traces_prune
 
 
 @shared_task(time_limit=600, soft_time_limit=570)

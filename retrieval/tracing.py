@@ -1,10 +1,8 @@
-"""The observer of pipeline runs: the trace of an answer, its OpenTelemetry spans, its metrics.
+"""The observer of pipeline runs: its OpenTelemetry spans, its metrics, and the compact summaries
+its stored trace keeps (``retrieval.traces``, which writes and prunes the trace rows).
 
-``trace_save`` runs once per answered question, after the answer is made (never inside the
-retrieval critical path): one transaction, one INSERT for the ``Trace`` and one ``bulk_create``
-for its ``TraceStep`` rows. Step summaries are made JSON-safe and compact by
-``summary_compact`` so a stage can put whatever it finds useful in its summary without bloating
-the table.
+Step summaries are made JSON-safe and compact by ``summary_compact`` so a stage can put whatever
+it finds useful in its summary without bloating the trace table.
 
 The same record goes to the operator's tools (docs/telemetry.md): ``run_observed`` wraps a
 pipeline entry point in a ``kb.answer`` or ``kb.retrieve`` span (tenant, pipeline, trace id,
@@ -29,20 +27,12 @@ from decimal import Decimal
 from numbers import Integral, Real
 from typing import Any
 
-from django.db import transaction
-from django.utils import timezone
-
 from core import metrics, telemetry
-from core.errors import InvalidInput
-from knowledge.models import LLMUsage
-from llm import Usage
-from retrieval.models import Trace, TraceStep
 from retrieval.types import Step
 
 MAX_SUMMARY_ITEMS = 50  # items kept of any list (or mapping) in a summary
 MAX_SUMMARY_CHARS = 2000  # characters kept of any string in a summary
 _MAX_DEPTH = 8  # deeper values are stored as their (capped) text
-PRUNE_BATCH_SIZE = 1000
 
 
 def summary_compact(value: Any, *, _depth: int = 0) -> Any:
@@ -85,102 +75,15 @@ def _capped_text(text: str) -> str:
     return text if len(text) <= MAX_SUMMARY_CHARS else text[: MAX_SUMMARY_CHARS - 1] + "…"
 
 
-def _count(value: int) -> int:
+def count_clean(value: int) -> int:
+    """A count as stored and exported: a whole number, at least 0."""
     return max(int(value or 0), 0)
 
 
-def _ms(value: float) -> float:
+def ms_clean(value: float) -> float:
+    """Milliseconds as stored and exported: finite, at least 0."""
     number = float(value or 0.0)
     return max(number, 0.0) if math.isfinite(number) else 0.0
-
-
-def trace_save(
-    *,
-    tenant,
-    user,
-    pipeline: str,
-    question: str,
-    answer: str,
-    steps: list[Step],
-    usage: Usage,
-    degraded: bool,
-    error: str = "",
-    total_ms: float,
-    config: dict | None = None,
-    scores: dict | None = None,
-    citations: list[dict] | None = None,
-) -> Trace:
-    """Store the trace of one pipeline run with its steps in run order; returns the trace.
-
-    ``user`` may be ``None`` or anonymous (stored as no user). ``scores`` are the answer's
-    quality scores (``retrieval.stages.score``; stored as ``{}`` when ``None``); ``citations`` are
-    ``{"n", "chunk_id", "document_id", "source_id"}`` of the answer's ``[n]``. Call it after
-    the answer is made: it is one transaction of one INSERT and one bulk INSERT.
-    """
-    cost = float(usage.cost_usd or 0.0)
-    trace = Trace(
-        tenant=tenant,
-        user=user if user is not None and user.is_authenticated else None,
-        pipeline=pipeline,
-        question=question,
-        answer=answer,
-        degraded=degraded,
-        error=error,
-        total_ms=_ms(total_ms),
-        llm_calls=_count(usage.llm_calls),
-        tokens_in=_count(usage.tokens_in),
-        tokens_out=_count(usage.tokens_out),
-        cost_usd=Decimal(str(round(cost, 6))) if math.isfinite(cost) and cost > 0 else Decimal(0),
-        config=summary_compact(config or {}),
-        scores=summary_compact(scores or {}),
-        citations=summary_compact(citations or []),
-    )
-    with transaction.atomic():
-        trace.save(force_insert=True)
-        TraceStep.objects.bulk_create(
-            TraceStep(
-                tenant_id=trace.tenant_id,
-                trace=trace,
-                order=order,
-                stage=step.stage,
-                ms=_ms(step.ms),
-                summary=summary_compact(step.summary or {}),
-                error=step.error,
-                tokens_in=_count(step.usage.tokens_in),
-                tokens_out=_count(step.usage.tokens_out),
-            )
-            for order, step in enumerate(steps, start=1)
-        )
-    return trace
-
-
-def traces_prune(*, older_than_days: int) -> int:
-    """Delete every tenant's traces (and their steps) created more than ``older_than_days`` ago,
-    and the ``LLMUsage`` records as old (the LLM tokens quota reads only the last 24 hours).
-
-    Deletes in batches of ``PRUNE_BATCH_SIZE`` rows, each in its own short transaction, so a
-    large backlog never holds long locks. Returns the number of traces deleted.
-    """
-    if older_than_days < 1:
-        raise InvalidInput(f"older_than_days must be at least 1, not {older_than_days}.")
-    cutoff = timezone.now() - dt.timedelta(days=older_than_days)
-    while True:
-        ids = list(
-            LLMUsage.objects.filter(created_at__lt=cutoff).order_by().values_list("pk", flat=True)[:PRUNE_BATCH_SIZE]
-        )
-        if not ids:
-            break
-        LLMUsage.objects.filter(pk__in=ids).delete()
-    deleted = 0
-    while True:
-        ids = list(
-            Trace.objects.filter(created_at__lt=cutoff).order_by().values_list("pk", flat=True)[:PRUNE_BATCH_SIZE]
-        )
-        if not ids:
-            return deleted
-        with transaction.atomic():
-            _, per_model = Trace.objects.filter(pk__in=ids).delete()
-        deleted += per_model.get(Trace._meta.label, 0)
 
 
 # ---- Spans and metrics ---------------------------------------------------------------------------
@@ -298,7 +201,9 @@ def step_recorded(state, record: Step) -> None:
         return
     end_ns = time.time_ns()
     span = telemetry.span_start(
-        f"kb.stage {record.stage}", attributes=_step_base(state, record), start_ns=end_ns - int(_ms(record.ms) * 1e6)
+        f"kb.stage {record.stage}",
+        attributes=_step_base(state, record),
+        start_ns=end_ns - int(ms_clean(record.ms) * 1e6),
     )
     _step_finish(span, record)
     span.end(end_time=end_ns)
@@ -318,11 +223,11 @@ def _step_finish(span, record: Step) -> None:
         return
     capture = telemetry.capture_text()
     attributes = summary_attributes(record.summary, capture=capture)
-    attributes["kb.step.ms"] = round(_ms(record.ms), 3)
+    attributes["kb.step.ms"] = round(ms_clean(record.ms), 3)
     if record.usage.llm_calls:
-        attributes["kb.llm.calls"] = _count(record.usage.llm_calls)
-        attributes["kb.llm.tokens_in"] = _count(record.usage.tokens_in)
-        attributes["kb.llm.tokens_out"] = _count(record.usage.tokens_out)
+        attributes["kb.llm.calls"] = count_clean(record.usage.llm_calls)
+        attributes["kb.llm.tokens_in"] = count_clean(record.usage.tokens_in)
+        attributes["kb.llm.tokens_out"] = count_clean(record.usage.tokens_out)
     if record.error:
         attributes["kb.step.degraded"] = True
         if capture:
@@ -374,7 +279,7 @@ def run_observed(operation: str) -> Callable:
                     pipeline=result.pipeline,
                     outcome="degraded" if result.degraded else "ok",
                     seconds=time.perf_counter() - started,
-                    stages=[(step.stage, _ms(step.ms) / 1000) for step in result.steps],
+                    stages=[(step.stage, ms_clean(step.ms) / 1000) for step in result.steps],
                 )
                 if span is not None:
                     _run_finish(span, result)
@@ -392,9 +297,9 @@ def _run_finish(span, result) -> None:
         "kb.degraded": bool(result.degraded),
         "kb.degraded_stages": degraded or None,
         "kb.trace_id": getattr(result, "trace_id", None),
-        "kb.llm.calls": _count(result.usage.llm_calls),
-        "kb.llm.tokens_in": _count(result.usage.tokens_in),
-        "kb.llm.tokens_out": _count(result.usage.tokens_out),
+        "kb.llm.calls": count_clean(result.usage.llm_calls),
+        "kb.llm.tokens_in": count_clean(result.usage.tokens_in),
+        "kb.llm.tokens_out": count_clean(result.usage.tokens_out),
         "kb.llm.cost_usd": float(result.usage.cost_usd or 0.0),
     }
     answer = getattr(result, "answer", None)

@@ -46,7 +46,7 @@ class LLMUsage(models.Model):
 
     Their sum over the last 24 hours is the tenant's ``llm_tokens_per_day``
     (``knowledge.quotas.usage.llm_tokens_used``). ``purpose`` says what started the call. Pruned
-    with the traces (``retrieval.tracing.traces_prune``).
+    with the traces (``retrieval.traces.traces_prune``).
     """
 
     tenant = models.ForeignKey("core.Tenant", on_delete=models.CASCADE, related_name="+")

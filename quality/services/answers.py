@@ -164,8 +164,9 @@ def evaluation_answer_rows(
     for number, (query_id, question, relevant, gold) in enumerate(judgments, start=1):
         with llm_metered(tenant=tenant, purpose="evaluation"):
             run = pipeline_answer(
-                AnswerRequest(question=question[:MAX_QUERY_CHARS], pipeline=spec, k=k, use_llm=client is not None),
+                AnswerRequest(question=question[:MAX_QUERY_CHARS], k=k, use_llm=client is not None),
                 tenant=tenant,
+                spec=spec,
                 llm=client,
                 trace=False,
             )

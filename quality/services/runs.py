@@ -147,8 +147,9 @@ def evaluation_run(
     for number, judgment in enumerate(judgments, start=1):
         with llm_metered(tenant=tenant, purpose="evaluation"):
             run = pipeline_retrieve(
-                AnswerRequest(question=judgment.question[:MAX_QUERY_CHARS], pipeline=spec, k=k, mode=mode),
+                AnswerRequest(question=judgment.question[:MAX_QUERY_CHARS], k=k, mode=mode),
                 tenant=tenant,
+                spec=spec,
             )
         per_query.append(_query_result(judgment, run, duplicates))
         if on_query:

@@ -16,7 +16,7 @@ from retrieval.stages.generate.cited import NOT_FOUND
 from retrieval.stages.generate.extractive import LABEL
 from retrieval.stages.score import SCORE_KEYS, answer_judge, answer_scores, answer_support
 from retrieval.stages.score.support import answer_sentences
-from retrieval.tracing import trace_save
+from retrieval.traces import trace_save
 from retrieval.types import Answer, Citation, Passage
 from tests.api.conftest import client_for
 from tests.retrieval.doubles import ScriptedLLM

@@ -21,7 +21,8 @@ from portal.views import AskForm
 from retrieval.models import Trace, TraceStep
 from retrieval.selectors import trace_get
 from retrieval.tasks import traces_prune_task
-from retrieval.tracing import MAX_SUMMARY_CHARS, MAX_SUMMARY_ITEMS, summary_compact, trace_save, traces_prune
+from retrieval.traces import trace_save, traces_prune
+from retrieval.tracing import MAX_SUMMARY_CHARS, MAX_SUMMARY_ITEMS, summary_compact
 from retrieval.types import Step
 from tests.api.conftest import client_for
 from tests.factories import MembershipFactory, TenantFactory, UserFactory
@@ -346,7 +347,7 @@ def test_pruning_deletes_only_traces_older_than_the_retention_period(tenant):
 
 
 def test_pruning_deletes_in_batches(tenant, monkeypatch):
-    monkeypatch.setattr("retrieval.tracing.PRUNE_BATCH_SIZE", 2)
+    monkeypatch.setattr("retrieval.traces.PRUNE_BATCH_SIZE", 2)
     for _ in range(5):
         _age(_trace(tenant), 60)
     assert traces_prune(older_than_days=30) == 5
