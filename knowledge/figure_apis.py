@@ -18,7 +18,6 @@ client sending it back in ``If-None-Match`` gets a 304).
 from __future__ import annotations
 
 import hashlib
-import logging
 
 from django.http import HttpResponse, HttpResponseNotModified
 from django.urls import reverse
@@ -33,11 +32,8 @@ from rest_framework.views import APIView
 
 from core.api import ERRORS
 from core.authentication import MembershipTokenAuthentication
-from core.errors import InvalidInput, NotFound
 from core.memberships import tenant_for_request
 from knowledge.figures import figure_image_get
-
-logger = logging.getLogger(__name__)
 
 # How long a client may use a figure's picture without asking again (seconds).
 MAX_AGE_S = 3600
@@ -63,17 +59,6 @@ def figure_png_response(request, png: bytes, *, document_id: int, number: int, i
     response["X-Content-Type-Options"] = "nosniff"
     patch_cache_control(response, private=True, max_age=MAX_AGE_S)  # a member's picture: no shared cache
     return response
-
-
-def figure_png_get(*, tenant, user, document_id: int, number: int, index: int) -> bytes:
-    """``knowledge.figures.figure_image_get``, with an original that cannot be rendered
-    (``InvalidInput``) turned into ``NotFound`` (logged): to a client, a figure that cannot be
-    shown is one that is not there."""
-    try:
-        return figure_image_get(tenant=tenant, user=user, document_id=document_id, number=number, index=index)
-    except InvalidInput as exc:
-        logger.warning("Figure %s of document %s, version %s, was not rendered: %s", index, document_id, number, exc)
-        raise NotFound("That figure cannot be shown.") from exc
 
 
 class BearerTokenAuthentication(MembershipTokenAuthentication):
@@ -126,5 +111,5 @@ class DocumentFigureApi(APIView):
     def get(self, request, document_id: int, number: int, index: int):
         tenant = tenant_for_request(request)
         where = {"document_id": document_id, "number": number, "index": index}
-        png = figure_png_get(tenant=tenant, user=request.user, **where)
+        png = figure_image_get(tenant=tenant, user=request.user, **where)
         return figure_png_response(request, png, **where)

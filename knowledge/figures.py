@@ -35,7 +35,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.errors import NotFound
+from core.errors import InvalidInput, NotFound
 from core.models import Tenant
 from knowledge.access import access_scope_get, documents_visible
 from knowledge.ingestion.office_images import MAX_BYTES, MAX_SIDE_PX
@@ -178,9 +178,9 @@ def figure_image_get(*, tenant: Tenant, user, document_id: int, number: int, ind
     document: the kept picture (an office picture, or a PDF figure rendered before), else rendered
     from the kept PDF original. ``NotFound`` for a document of another tenant, one hidden from
     ``user``, a version it does not have, no such picture kept and no original to render it from,
-    or no such figure (a version no longer current has its figures only once rendered);
-    ``InvalidInput`` when the original cannot be rendered (``knowledge.ingestion.sandbox``'s
-    codes); ``PermissionDenied`` for a non-member."""
+    or no such figure (a version no longer current has its figures only once rendered), and when
+    the original cannot be rendered (logged with ``knowledge.ingestion.sandbox``'s reason);
+    ``PermissionDenied`` for a non-member."""
     version = version_visible_get(tenant=tenant, user=user, document_id=document_id, number=number)
     where = {"tenant_id": tenant.pk, "document_id": document_id, "number": version.number}
     kept = figure_path(**where, index=index)
@@ -192,11 +192,15 @@ def figure_image_get(*, tenant: Tenant, user, document_id: int, number: int, ind
     figure = next((f for f in figures_of(version.document.metadata) if f.index == index), None)
     if figure is None or figure.is_stored or not version.is_current or not original.is_file():
         raise NotFound(f"Document {document_id}, version {number}, has no figure {index} to show.")
-    png = parse_isolated(
-        lambda: figure_png(original.read_bytes(), figure),
-        name=f"figure {index} of document {document_id}",
-        preload=("pypdfium2",),
-    )
+    try:
+        png = parse_isolated(
+            lambda: figure_png(original.read_bytes(), figure),
+            name=f"figure {index} of document {document_id}",
+            preload=("pypdfium2",),
+        )
+    except InvalidInput as exc:  # to a reader, a figure that cannot be shown is one that is not there
+        logger.warning("Figure %s of document %s, version %s, was not rendered: %s", index, document_id, number, exc)
+        raise NotFound("That figure cannot be shown.") from exc
     _keep(kept, png)
     return png
 

@@ -27,8 +27,8 @@ from django.views.decorators.http import require_GET
 from core.errors import ApplicationError, NotFound
 from core.memberships import tenant_for_request
 from core.replicas import replica_reads
-from knowledge.figure_apis import figure_png_get, figure_png_response
-from knowledge.figures import Figure, passage_figures_get
+from knowledge.figure_apis import figure_png_response
+from knowledge.figures import Figure, figure_image_get, passage_figures_get
 from portal.decorators import tenant_required
 from portal.viewer import document_text_url, viewer_url
 
@@ -86,7 +86,7 @@ def figure_image(request, tenant, document_id: int, number: int, index: int):
     ``knowledge.figure_apis.DocumentFigureApi`` sends the same response to token clients."""
     where = {"document_id": document_id, "number": number, "index": index}
     try:
-        png = figure_png_get(tenant=tenant, user=request.user, **where)
+        png = figure_image_get(tenant=tenant, user=request.user, **where)
     except NotFound as exc:
         raise Http404(exc.message) from exc
     return figure_png_response(request, png, **where)
