@@ -315,6 +315,7 @@ def test_tenant_b_cannot_read_or_delete_tenant_as_objects_through_any_api_endpoi
     b = client_for(tenant_b_admin)
     probes = [
         ("get", f"/api/v1/documents/{tenant_a['document']}/"),
+        ("get", f"/api/v1/documents/{tenant_a['document']}/versions/{tenant_a['version']}/figures/0.png"),
         ("delete", f"/api/v1/documents/{tenant_a['document']}/"),
         ("get", f"/api/v1/jobs/{tenant_a['job']}/"),
         ("get", f"/api/v1/traces/{tenant_a['trace']}/"),
@@ -356,7 +357,8 @@ def test_tenant_b_search_and_ask_never_return_tenant_as_chunks(tenant_a, tenant_
 def test_tenant_b_portal_pages_with_tenant_as_ids_are_not_found(client, tenant_a, tenant_b_admin):
     client.force_login(tenant_b_admin)
     document = reverse("portal:document", args=[tenant_a["document"]])
-    for url in (document, f"{document}?version={tenant_a['version']}"):
+    figure = reverse("portal:document-figure", args=[tenant_a["document"], tenant_a["version"], 0])
+    for url in (document, f"{document}?version={tenant_a['version']}", figure):
         response = client.get(url)
         assert response.status_code == 404 and b"4711" not in response.content
     response = client.post(ASK, {"question": "What is the vault code of tenant A?"})
